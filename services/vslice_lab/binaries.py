@@ -1,0 +1,318 @@
+"""Finding, or building once, the binaries the lab runs.
+
+Lookup order for each binary (first hit wins):
+
+1. the directories given explicitly (``--bin-dir``) and ``$VSLICE_LAB_BIN_DIR``;
+2. ``$KUBEBUILDER_ASSETS`` (envtest's layout: etcd, kube-apiserver, ...);
+3. the cache, ``~/.cache/vslice/k8s/<version>/bin``;
+4. for etcd only: ``etcd`` on ``$PATH`` (Debian's ``etcd-server`` package installs one).
+
+Whatever is still missing is built from Go modules into the cache, once: Kubernetes components
+from ``k8s.io/kubernetes`` through a throwaway wrapper module that pins every staging module to
+the matching ``v0.Y.Z``, kwok from ``sigs.k8s.io/kwok``, etcd from ``go.etcd.io/etcd/server/v3``.
+A file lock keeps two concurrent ``lab up`` from building twice. Run as a module to build ahead
+of time (CI does): ``python -m vslice_lab.binaries [--version vX.Y.Z]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from vslice_lab.versions import ETCD_SOURCE_VERSION, KUBERNETES_VERSION, KWOK_VERSION
+
+KUBE_COMPONENTS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager")
+ALL_BINARIES = ("etcd", *KUBE_COMPONENTS, "kwok")
+
+# The k8s.io modules that live in kubernetes/staging for 1.34; the main module's go.mod points
+# them at ./staging, which a dependent module cannot see, so the wrapper pins each to v0.Y.Z.
+STAGING_MODULES = (
+    "api",
+    "apiextensions-apiserver",
+    "apimachinery",
+    "apiserver",
+    "cli-runtime",
+    "client-go",
+    "cloud-provider",
+    "cluster-bootstrap",
+    "code-generator",
+    "component-base",
+    "component-helpers",
+    "controller-manager",
+    "cri-api",
+    "cri-client",
+    "csi-translation-lib",
+    "dynamic-resource-allocation",
+    "endpointslice",
+    "externaljwt",
+    "kms",
+    "kube-aggregator",
+    "kube-controller-manager",
+    "kube-proxy",
+    "kube-scheduler",
+    "kubectl",
+    "kubelet",
+    "metrics",
+    "mount-utils",
+    "pod-security-admission",
+    "sample-apiserver",
+    "sample-cli-plugin",
+    "sample-controller",
+)
+
+
+class BinaryError(Exception):
+    """A binary could not be found or built. The message names it and the log to read."""
+
+    def __init__(self, message: str, *, component: str, log: Path | None = None) -> None:
+        super().__init__(message)
+        self.component = component
+        self.log = log
+
+
+@dataclass(frozen=True)
+class Binaries:
+    """Absolute paths of the binaries one lab runs."""
+
+    etcd: Path
+    kube_apiserver: Path
+    kube_scheduler: Path
+    kube_controller_manager: Path
+    kwok: Path
+
+    def path(self, name: str) -> Path:
+        """The path for a component by its binary name, e.g. ``kube-apiserver``."""
+        value: Path = getattr(self, name.replace("-", "_"))
+        return value
+
+
+def cache_root() -> Path:
+    """``~/.cache/vslice/k8s`` (``$XDG_CACHE_HOME`` respected)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "vslice" / "k8s"
+
+
+def cache_dir(version: str) -> Path:
+    """Where binaries for one Kubernetes version are cached."""
+    return cache_root() / version
+
+
+def search_dirs(extra: Sequence[Path] = ()) -> list[Path]:
+    """The directories searched before the cache, in order (see the module docstring)."""
+    dirs = list(extra)
+    for var in ("VSLICE_LAB_BIN_DIR", "KUBEBUILDER_ASSETS"):
+        value = os.environ.get(var)
+        if value:
+            dirs.append(Path(value))
+    return dirs
+
+
+def _find(name: str, dirs: Sequence[Path]) -> Path | None:
+    for directory in dirs:
+        candidate = directory / name
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return candidate.resolve()
+    if name == "etcd":
+        on_path = shutil.which("etcd")
+        if on_path:
+            return Path(on_path).resolve()
+    return None
+
+
+def locate(version: str, extra_dirs: Sequence[Path] = ()) -> dict[str, Path | None]:
+    """Each binary's path, or None where it would have to be built."""
+    dirs = [*search_dirs(extra_dirs), cache_dir(version) / "bin"]
+    return {name: _find(name, dirs) for name in ALL_BINARIES}
+
+
+def ensure(
+    version: str = KUBERNETES_VERSION, extra_dirs: Sequence[Path] = (), *, quiet: bool = False
+) -> Binaries:
+    """Every binary, building what is missing into the cache (at most once, under a lock)."""
+    found = locate(version, extra_dirs)
+    missing = [name for name, path in found.items() if path is None]
+    if missing:
+        with _build_lock(cache_dir(version)):
+            found = locate(version, extra_dirs)  # another process may have built meanwhile
+            missing = [name for name, path in found.items() if path is None]
+            if missing:
+                _build(version, missing, quiet=quiet)
+                found = locate(version, extra_dirs)
+    paths = {name: path for name, path in found.items() if path is not None}
+    return Binaries(
+        etcd=paths["etcd"],
+        kube_apiserver=paths["kube-apiserver"],
+        kube_scheduler=paths["kube-scheduler"],
+        kube_controller_manager=paths["kube-controller-manager"],
+        kwok=paths["kwok"],
+    )
+
+
+@contextlib.contextmanager
+def _build_lock(directory: Path) -> Iterator[None]:
+    directory.mkdir(parents=True, exist_ok=True)
+    with (directory / ".build.lock").open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _go() -> str:
+    go = shutil.which("go") or ("/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None)
+    if go is None:
+        raise BinaryError(
+            "the Go toolchain (`go`) is not on PATH, and the lab needs it once to build the "
+            "Kubernetes binaries; install Go >= 1.24 (https://go.dev/dl), or point "
+            "KUBEBUILDER_ASSETS / --bin-dir at a directory holding them",
+            component="go",
+        )
+    return go
+
+
+def _build(version: str, missing: Sequence[str], *, quiet: bool) -> None:
+    directory = cache_dir(version)
+    bin_dir = directory / "bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    log = directory / "build.log"
+    go = _go()
+    started = time.monotonic()
+    kube = [name for name in missing if name in KUBE_COMPONENTS]
+    steps: list[tuple[str, list[str], Path]] = []
+    if kube:
+        steps.append(("+".join(kube), *_kubernetes_step(go, version, kube, directory)))
+    if "kwok" in missing:
+        steps.append(("kwok", *_kwok_step(go, directory)))
+    if "etcd" in missing:
+        steps.append(("etcd", *_etcd_step(go, directory)))
+    with log.open("a") as out:
+        for component, command, workdir in steps:
+            if not quiet:
+                print(f"building {component} (log: {log}) ...", file=sys.stderr, flush=True)
+            out.write(f"\n$ (cd {workdir} && {' '.join(command)})\n")
+            out.flush()
+            _run_logged(component, command, workdir, out, log, go)
+    _record(directory, missing, time.monotonic() - started)
+
+
+def _run_logged(
+    component: str, command: list[str], workdir: Path, out: object, log: Path, go: str
+) -> None:
+    env = {
+        **os.environ,
+        "CGO_ENABLED": "0",
+        "GOFLAGS": "-mod=mod",
+        "PATH": f"{Path(go).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    result = subprocess.run(
+        command, cwd=workdir, env=env, stdout=out, stderr=subprocess.STDOUT, check=False
+    )  # type: ignore[call-overload]
+    if result.returncode != 0:
+        raise BinaryError(
+            f"building {component} failed (exit {result.returncode}); see {log}",
+            component=component,
+            log=log,
+        )
+
+
+def _wrapper_module(workdir: Path, module: str, requires: dict[str, str], replaces: dict[str, str]) -> None:
+    """Write a throwaway go.mod that pulls the given modules in."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    lines = [f"module {module}", "", "go 1.24", ""]
+    lines += [f"require {mod} {ver}" for mod, ver in requires.items()]
+    lines += [f"replace {mod} => {mod} {ver}" for mod, ver in replaces.items()]
+    (workdir / "go.mod").write_text("\n".join(lines) + "\n")
+
+
+def _kubernetes_step(
+    go: str, version: str, names: Sequence[str], directory: Path
+) -> tuple[list[str], Path]:
+    staging = "v0." + version.removeprefix("v").split(".", 1)[1]
+    workdir = directory / "src" / "kubernetes"
+    _wrapper_module(
+        workdir,
+        "vslice.local/kubebuild",
+        {"k8s.io/kubernetes": version},
+        {f"k8s.io/{name}": staging for name in STAGING_MODULES},
+    )
+    ldflags = f"-s -w -X k8s.io/component-base/version.gitVersion={version}"
+    packages = [f"k8s.io/kubernetes/cmd/{name}" for name in names]
+    script = (
+        f"{go} mod download k8s.io/kubernetes && "
+        f"{go} get {' '.join(packages)} && "
+        f"{go} build -p 2 -tags=selinux,notest -trimpath -ldflags '{ldflags}' "
+        f"-o {directory / 'bin'}/ {' '.join(packages)}"
+    )
+    return ["bash", "-ec", script], workdir
+
+
+def _kwok_step(go: str, directory: Path) -> tuple[list[str], Path]:
+    workdir = directory / "src" / "kwok"
+    _wrapper_module(workdir, "vslice.local/kwokbuild", {"sigs.k8s.io/kwok": KWOK_VERSION}, {})
+    script = (
+        f"{go} get sigs.k8s.io/kwok/cmd/kwok@{KWOK_VERSION} && "
+        f"{go} build -p 2 -trimpath -ldflags '-s -w' -o {directory / 'bin'}/kwok "
+        "sigs.k8s.io/kwok/cmd/kwok"
+    )
+    return ["bash", "-ec", script], workdir
+
+
+def _etcd_step(go: str, directory: Path) -> tuple[list[str], Path]:
+    workdir = directory / "src" / "etcd"
+    _wrapper_module(
+        workdir, "vslice.local/etcdbuild", {"go.etcd.io/etcd/server/v3": ETCD_SOURCE_VERSION}, {}
+    )
+    script = (
+        f"{go} get go.etcd.io/etcd/server/v3@{ETCD_SOURCE_VERSION} && "
+        f"{go} build -p 2 -trimpath -ldflags '-s -w' -o {directory / 'bin'}/etcd "
+        "go.etcd.io/etcd/server/v3"
+    )
+    return ["bash", "-ec", script], workdir
+
+
+def _record(directory: Path, built: Sequence[str], seconds: float) -> None:
+    """Append how long a build took to ``build.json`` (reported in docs and issue notes)."""
+    record_file = directory / "build.json"
+    records: list[dict[str, object]] = []
+    if record_file.exists():
+        with contextlib.suppress(ValueError):
+            records = json.loads(record_file.read_text())
+    records.append({"built": list(built), "seconds": round(seconds, 1), "at": time.time()})
+    record_file.write_text(json.dumps(records, indent=1) + "\n")
+
+
+def disk_use(path: Path) -> int:
+    """Bytes under ``path`` (the cache's size, for reports)."""
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m vslice_lab.binaries", description="Find or build the lab's binaries."
+    )
+    parser.add_argument("--version", default=KUBERNETES_VERSION, help="Kubernetes version")
+    parser.add_argument("--bin-dir", type=Path, action="append", default=[])
+    args = parser.parse_args(argv)
+    try:
+        binaries = ensure(args.version, args.bin_dir)
+    except BinaryError as error:
+        print(f"vslice lab: {error}", file=sys.stderr)
+        return 1
+    for name in ALL_BINARIES:
+        print(f"{name}: {binaries.path(name)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
