@@ -3,9 +3,9 @@
     VsliceError
     ├── InvalidRequest      a request, manifest, annotation or file that vslice cannot accept;
     │                       the message names the field and the value
-    │   └── DecodeError     an annotation vslice reads back is malformed or of a foreign version
-    ├── NoFit               a valid request that no node can take now; ``.reasons`` says why, per node
-    ├── ClusterError        the cluster refused or failed a call; ``.status`` keeps the parsed Status
+    │   └── DecodeError     a vslice annotation read back is malformed or of a foreign version
+    ├── NoFit               a valid request no node can take now; ``.reasons`` says why, per node
+    ├── ClusterError        the cluster refused or failed a call; ``.status``: the parsed Status
     └── Timeout             waiting for a cluster state ran past its deadline
 
 The SDK re-exports these as ``vslice.errors`` so users catch one set of names everywhere.

@@ -169,12 +169,17 @@ def _build_lock(directory: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+GO_CANDIDATES: tuple[str, ...] = ("/usr/local/go/bin/go", "~/.cache/vslice/go/bin/go")
+"""Where Go is looked for after ``$PATH``: the official tarball's place, what .ci/setup fetches."""
+
+
 def _go() -> str:
-    go = shutil.which("go") or ("/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None)
+    candidates = [shutil.which("go"), *(str(Path(c).expanduser()) for c in GO_CANDIDATES)]
+    go = next((c for c in candidates if c and Path(c).is_file()), None)
     if go is None:
         raise BinaryError(
-            "the Go toolchain (`go`) is not on PATH, and the lab needs it once to build the "
-            "Kubernetes binaries; install Go >= 1.24 (https://go.dev/dl), or point "
+            "the Go toolchain (`go`, >= 1.26) is not on PATH, and the lab needs it once to build "
+            "the Kubernetes binaries; install Go (https://go.dev/dl, or run .ci/setup), or point "
             "KUBEBUILDER_ASSETS / --bin-dir at a directory holding them",
             component="go",
         )
@@ -226,7 +231,9 @@ def _run_logged(
         )
 
 
-def _wrapper_module(workdir: Path, module: str, requires: dict[str, str], replaces: dict[str, str]) -> None:
+def _wrapper_module(
+    workdir: Path, module: str, requires: dict[str, str], replaces: dict[str, str]
+) -> None:
     """Write a throwaway go.mod that pulls the given modules in."""
     workdir.mkdir(parents=True, exist_ok=True)
     lines = [f"module {module}", "", "go 1.24", ""]
@@ -250,7 +257,7 @@ def _kubernetes_step(
     packages = [f"k8s.io/kubernetes/cmd/{name}" for name in names]
     script = (
         f"{go} mod download k8s.io/kubernetes && "
-        f"{go} get {' '.join(packages)} && "
+        f"{go} get {' '.join(p + '@' + version for p in packages)} && "
         f"{go} build -p 2 -tags=selinux,notest -trimpath -ldflags '{ldflags}' "
         f"-o {directory / 'bin'}/ {' '.join(packages)}"
     )
@@ -303,7 +310,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--version", default=KUBERNETES_VERSION, help="Kubernetes version")
     parser.add_argument("--bin-dir", type=Path, action="append", default=[])
+    parser.add_argument(
+        "--check", action="store_true", help="build nothing; exit 1 if something is missing"
+    )
     args = parser.parse_args(argv)
+    if args.check:
+        found = locate(args.version, args.bin_dir)
+        for name, path in found.items():
+            print(f"{name}: {path or 'missing (would be built)'}")
+        return 0 if all(found.values()) else 1
     try:
         binaries = ensure(args.version, args.bin_dir)
     except BinaryError as error:

@@ -1,0 +1,209 @@
+"""``Client``: the SDK's one entry point to a cluster.
+
+Connection lookup order (first match wins), as kubectl does it:
+
+1. the ``kubeconfig`` argument;
+2. ``$KUBECONFIG`` (the first existing file of a ``:``-separated list);
+3. ``~/.kube/config``;
+4. the in-cluster service account (a notebook server running in a pod).
+
+The namespace is the ``namespace`` argument, else ``$VSLICE_NAMESPACE``, else the kubeconfig
+context's namespace (or, in a pod, the pod's own), else ``default``.
+
+The API is synchronous and blocking on purpose: it performs plain HTTP calls and never
+touches an asyncio event loop, so it works the same in a script and inside a running
+Jupyter kernel (whose loop is already running and would refuse ``asyncio.run``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import yaml
+from vslice_kube.workloads import Workloads
+
+from vslice import manifests
+from vslice.errors import InvalidRequest
+from vslice.plans import Plan, plan_manifest, slice_manifest
+from vslice.slices import Slice
+from vslice.snapshot import ClusterSnapshot
+from vslice.tables import AllocationTable, GpuTable
+from vslice.workload import Workload
+
+SliceLike = Slice | Mapping[str, Any]
+
+
+def as_slice(value: SliceLike) -> Slice:
+    """A Slice, or a mapping of Slice arguments (``{"memory": "10Gi", "cores": 30}``)."""
+    if isinstance(value, Slice):
+        return value
+    if isinstance(value, Mapping):
+        return Slice(**dict(value))
+    raise InvalidRequest(
+        f"slice must be a vslice.Slice or a mapping, got {type(value).__name__}", field="slice"
+    )
+
+
+class Client:
+    """A connection to one cluster, with the SDK's calls on it."""
+
+    def __init__(
+        self,
+        kubeconfig: str | os.PathLike[str] | None = None,
+        *,
+        namespace: str | None = None,
+    ) -> None:
+        self._calls, default_namespace = Workloads.connect(kubeconfig)
+        self.namespace = namespace or os.environ.get("VSLICE_NAMESPACE") or default_namespace
+
+    def __repr__(self) -> str:
+        host = getattr(self._calls.api_client.configuration, "host", "?")
+        return f"<vslice.Client {host} namespace={self.namespace}>"
+
+    def close(self) -> None:
+        self._calls.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- reading the cluster -------------------------------------------------------------
+
+    def snapshot(self) -> ClusterSnapshot:
+        """Nodes and pods read once; every view below is built from one snapshot."""
+        return ClusterSnapshot.read(self._calls.list_nodes(), self._calls.list_pods())
+
+    def gpus(self) -> GpuTable:
+        """Every GPU: capacity, what is allocated, and the pods holding slices."""
+        return self.snapshot().gpus()
+
+    def allocations(self, namespace: str | None = None) -> AllocationTable:
+        """GPU grants of live pods in ``namespace`` (all namespaces when None)."""
+        return self.snapshot().allocations(namespace)
+
+    def plan(
+        self,
+        request: SliceLike | Mapping[str, Any],
+        *,
+        namespace: str | None = None,
+        snapshot: ClusterSnapshot | None = None,
+    ) -> Plan:
+        """Would ``request`` (a Slice or a Pod/Job manifest) fit now, where, and if not,
+        why, per node. Raises InvalidRequest for a GPU type or UUID the cluster lacks."""
+        wanted, manifest = self._as_manifest(request)
+        ns = namespace or _manifest_namespace(manifest) or self.namespace
+        return self._plan(manifest, wanted, ns, snapshot or self.snapshot())
+
+    def _plan(
+        self, manifest: dict[str, Any], wanted: Slice | None, ns: str, snapshot: ClusterSnapshot
+    ) -> Plan:
+        return plan_manifest(snapshot, manifest, slice=wanted, namespace=ns)
+
+    # --- creating workloads --------------------------------------------------------------
+
+    def run(
+        self,
+        image: str,
+        command: str | Sequence[str] | None = None,
+        *,
+        slice: SliceLike,
+        name: str | None = None,
+        namespace: str | None = None,
+        env: Mapping[str, str] | None = None,
+        labels: Mapping[str, str] | None = None,
+        kind: Literal["Pod", "Job"] = "Pod",
+        queue: bool = False,
+    ) -> Workload:
+        """Run ``image`` with a GPU slice as a Pod (or a Job). The request is checked
+        against the live cluster first: a bad value or an unknown GPU type raises
+        InvalidRequest and, unless ``queue=True``, a request that cannot fit now raises
+        NoFit (with the reasons per node) — in both cases nothing is created."""
+        wanted = as_slice(slice)
+        pod = manifests.pod_manifest(
+            image, command, slice=wanted, name=name, env=env, labels=labels
+        )
+        manifest = manifests.job_manifest(pod) if kind == "Job" else pod
+        return self._create(manifest, wanted, namespace, queue)
+
+    def submit(
+        self,
+        manifest: Mapping[str, Any] | str,
+        *,
+        slice: SliceLike | None = None,
+        container: str | None = None,
+        namespace: str | None = None,
+        queue: bool = False,
+    ) -> Workload:
+        """Create a Pod or Job from a manifest (a dict or YAML text), optionally putting
+        ``slice`` on one container (default: the first). Checked like :meth:`run`."""
+        body = _load_manifest(manifest)
+        wanted = as_slice(slice) if slice is not None else None
+        if wanted is not None:
+            body = manifests.apply_slice(body, wanted, container)
+        return self._create(body, wanted, namespace, queue)
+
+    def workload(
+        self, name: str, *, kind: Literal["Pod", "Job"] = "Pod", namespace: str | None = None
+    ) -> Workload:
+        """A handle on an existing Pod or Job."""
+        return Workload(self._calls, kind, namespace or self.namespace, name)
+
+    def _create(
+        self, manifest: dict[str, Any], wanted: Slice | None, namespace: str | None, queue: bool
+    ) -> Workload:
+        ns = _resolve_namespace(manifest, namespace) or self.namespace
+        plan = self._plan(manifest, wanted, ns, self.snapshot())
+        if not queue:
+            plan.raise_for_fit()
+        if manifest["kind"] == "Job":
+            created = self._calls.create_job(ns, manifest)
+        else:
+            created = self._calls.create_pod(ns, manifest)
+        return Workload(self._calls, manifest["kind"], ns, created["metadata"]["name"])
+
+    def _as_manifest(
+        self, request: SliceLike | Mapping[str, Any]
+    ) -> tuple[Slice | None, dict[str, Any]]:
+        if isinstance(request, Slice) or (
+            isinstance(request, Mapping) and "kind" not in request and "spec" not in request
+        ):
+            wanted = as_slice(request)
+            return wanted, slice_manifest(wanted)
+        return None, _load_manifest(request)
+
+
+def _load_manifest(manifest: Mapping[str, Any] | str) -> dict[str, Any]:
+    if isinstance(manifest, str):
+        try:
+            loaded = yaml.safe_load(manifest)
+        except yaml.YAMLError as exc:
+            raise InvalidRequest(f"manifest is not valid YAML: {exc}", field="manifest") from None
+        manifest = loaded
+    if not isinstance(manifest, Mapping):
+        raise InvalidRequest(
+            f"manifest must be a Pod or Job mapping, got {type(manifest).__name__}",
+            field="manifest",
+        )
+    body = dict(manifest)
+    manifests.pod_template(body)  # validates kind and shape
+    return body
+
+
+def _manifest_namespace(manifest: Mapping[str, Any]) -> str | None:
+    namespace = (manifest.get("metadata") or {}).get("namespace")
+    return str(namespace) if namespace else None
+
+
+def _resolve_namespace(manifest: dict[str, Any], namespace: str | None) -> str | None:
+    declared = _manifest_namespace(manifest)
+    if declared and namespace and declared != namespace:
+        raise InvalidRequest(
+            f"the manifest says namespace {declared!r} but namespace={namespace!r} was given",
+            field="namespace",
+            value=namespace,
+        )
+    return declared or namespace

@@ -1,0 +1,131 @@
+"""``vslice lab up|down|status``: a real control plane with simulated GPU nodes, on this machine.
+
+``up`` prints progress on stderr and one line on stdout, ``export KUBECONFIG=...``, so
+``eval "$(vslice lab up)"`` points kubectl and the SDK at the lab. Exit status: 0 on success,
+1 when a component fails (the message names it and its log), 2 on invalid input (a bad
+inventory file, say).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from vslice_core.errors import InvalidRequest, VsliceError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from vslice_lab.lab import DEFAULT_INVENTORY, DEFAULT_STATE_DIR
+    from vslice_lab.versions import KUBERNETES_VERSION
+
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    for name, help_text in (
+        ("up", "start the lab (builds the Kubernetes binaries once, then caches them)"),
+        ("down", "stop every process the lab started and remove its cluster data"),
+        ("status", "show each component's health"),
+    ):
+        sub = actions.add_parser(name, help=help_text, description=help_text)
+        sub.add_argument(
+            "--state-dir",
+            type=Path,
+            default=DEFAULT_STATE_DIR,
+            help=f"logs, certificates, kubeconfig of the lab (default {DEFAULT_STATE_DIR})",
+        )
+        if name == "up":
+            sub.add_argument(
+                "--inventory",
+                type=Path,
+                default=DEFAULT_INVENTORY,
+                help=f"simulated GPU nodes, CLUSTER format (default {DEFAULT_INVENTORY})",
+            )
+            sub.add_argument(
+                "--k8s-version",
+                default=KUBERNETES_VERSION,
+                help="Kubernetes version (default %(default)s)",
+            )
+            sub.add_argument(
+                "--bin-dir",
+                type=Path,
+                action="append",
+                default=[],
+                help="directory of prebuilt etcd/kube-*/kwok (before $KUBEBUILDER_ASSETS, cache)",
+            )
+            sub.add_argument(
+                "--no-services",
+                action="store_true",
+                help="start Kubernetes and the nodes only, not the vslice extender and webhook",
+            )
+
+
+def run(args: argparse.Namespace) -> int:
+    from vslice_lab import binaries
+
+    try:
+        if args.action == "up":
+            return _up(args)
+        if args.action == "down":
+            return _down(args)
+        return _status(args)
+    except InvalidRequest as error:
+        print(f"vslice lab {args.action}: {error}", file=sys.stderr)
+        return 2
+    except (VsliceError, binaries.BinaryError) as error:
+        print(f"vslice lab {args.action}: {error}", file=sys.stderr)
+        return 1
+
+
+def _progress(message: str) -> None:
+    print(f"vslice lab: {message}", file=sys.stderr, flush=True)
+
+
+def _up(args: argparse.Namespace) -> int:
+    from vslice_lab.lab import LabOptions, services_installed, up
+    from vslice_lab.layout import Layout
+
+    services = False if args.no_services else None
+    if services is None and not all(services_installed().values()):
+        _progress("vslice extender/webhook not installed: starting Kubernetes and nodes only")
+    options = LabOptions(
+        state_dir=args.state_dir,
+        inventory=args.inventory,
+        version=args.k8s_version,
+        bin_dirs=tuple(args.bin_dir),
+        services=services,
+        progress=_progress,
+    )
+    record = up(options)
+    layout = Layout.at(args.state_dir)
+    _progress(
+        f"up: API server {record.server}, {len(record.nodes)} simulated node(s), "
+        f"logs in {layout.logs}; stop with `vslice lab down --state-dir {args.state_dir}`"
+    )
+    print(f"export KUBECONFIG={layout.kubeconfig}")
+    return 0
+
+
+def _down(args: argparse.Namespace) -> int:
+    from vslice_lab.lab import down
+
+    stopped = down(args.state_dir)
+    if stopped is None:
+        print(f"no lab recorded in {args.state_dir}; nothing to stop")
+        return 0
+    print(f"stopped: {', '.join(stopped) if stopped else 'nothing was running'}")
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    from vslice_lab.lab import status
+
+    result = status(args.state_dir)
+    if result is None:
+        print(f"no lab recorded in {args.state_dir} (start one with `vslice lab up`)")
+        return 1
+    record, lines = result
+    print(f"API server {record.server}  Kubernetes {record.version}  nodes {len(record.nodes)}")
+    width = max(len(line.name) for line in lines) if lines else 0
+    for line in lines:
+        health = "healthy" if line.healthy else f"UNHEALTHY: {line.problem}"
+        print(f"  {line.name:<{width}}  pid {line.pid:<7}  {health}")
+    return 0 if lines and all(line.healthy for line in lines) else 1

@@ -1,0 +1,36 @@
+"""What the SDK's commands share: the connection flags and how errors end a command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+from vslice.errors import InvalidRequest, VsliceError
+
+if TYPE_CHECKING:
+    from vslice.client import Client
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # no fit, timeout, cluster error
+EXIT_INVALID = 2  # bad input (same as argparse and `vslice plan`)
+
+
+def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="kubeconfig to use (default: $KUBECONFIG, ~/.kube/config, then in-cluster)",
+    )
+
+
+def connect(args: argparse.Namespace, namespace: str | None = None) -> Client:
+    from vslice.client import Client
+
+    return Client(args.kubeconfig, namespace=namespace)
+
+
+def fail(command: str, exc: VsliceError) -> int:
+    """Print the error (never a traceback) and return the exit status it deserves."""
+    print(f"vslice {command}: {exc}", file=sys.stderr)
+    return EXIT_INVALID if isinstance(exc, InvalidRequest) else EXIT_FAILED

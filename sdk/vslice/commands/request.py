@@ -1,0 +1,108 @@
+"""``vslice request``: submit a sliced pod (or Job) from the shell and wait for it.
+
+    vslice request --memory 10Gi --cores 30 python:3.12 python -c 'print(1)'
+
+As with ``docker run``, options come before the image; everything after the image is the
+command and its arguments.
+
+The slice is checked before anything is created: a bad value or an unknown GPU type
+exits 2 naming the field, a slice that cannot fit now exits 1 with the reasons per node
+(``--queue`` creates it anyway and waits). On success it prints where the pod landed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from vslice_core.model import GPU_POLICIES, NODE_POLICIES
+
+from vslice.commands.options import (
+    EXIT_FAILED,
+    EXIT_OK,
+    add_connection_arguments,
+    connect,
+    fail,
+)
+from vslice.errors import VsliceError
+from vslice.slices import Slice
+
+WAIT_CHOICES = ("scheduled", "running", "completed", "none")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_connection_arguments(parser)
+    parser.add_argument("image", help="container image")
+    # dest "argv": the dispatcher keeps the subcommand's name in args.command
+    parser.add_argument(
+        "argv", metavar="COMMAND", nargs=argparse.REMAINDER, help="command and its arguments"
+    )
+    slice_group = parser.add_argument_group("slice")
+    slice_group.add_argument("--memory", help="per GPU: '10Gi', MiB, or '30%%'")
+    slice_group.add_argument("--cores", type=int, help="per GPU: percent of the SMs, 0..100")
+    slice_group.add_argument("--gpus", type=int, default=1, help="number of GPUs (default 1)")
+    slice_group.add_argument("--gpu-type", help="comma list: model substrings to use")
+    slice_group.add_argument("--exclude-gpu-type", help="comma list: model substrings to avoid")
+    slice_group.add_argument("--gpu-uuid", help="comma list: exact GPU UUIDs to use")
+    slice_group.add_argument("--exclude-gpu-uuid", help="comma list: GPU UUIDs to avoid")
+    slice_group.add_argument("--node-policy", help=f"one of {', '.join(NODE_POLICIES)}")
+    slice_group.add_argument("--gpu-policy", help=f"one of {', '.join(GPU_POLICIES)}")
+    slice_group.add_argument("--numa-bind", action="store_true", help="GPUs on one NUMA node")
+    parser.add_argument("--name", help="pod or Job name (default: generated)")
+    parser.add_argument("-n", "--namespace", help="namespace (default: the kubeconfig's)")
+    parser.add_argument("--job", action="store_true", help="create a Job instead of a Pod")
+    parser.add_argument(
+        "--queue", action="store_true", help="create it even if it fits nowhere now"
+    )
+    parser.add_argument(
+        "--wait", choices=WAIT_CHOICES, default="running", help="what to wait for (default running)"
+    )
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait (120)")
+    parser.add_argument("--logs", action="store_true", help="print the logs after waiting")
+    parser.add_argument("--dry-run", action="store_true", help="only print the plan")
+
+
+def _slice(args: argparse.Namespace) -> Slice:
+    memory: str | int | None = args.memory
+    if isinstance(memory, str) and memory.isdigit():
+        memory = int(memory)
+    return Slice(
+        memory,
+        cores=args.cores,
+        gpus=args.gpus,
+        gpu_type=args.gpu_type,
+        exclude_gpu_type=args.exclude_gpu_type,
+        gpu_uuid=args.gpu_uuid,
+        exclude_gpu_uuid=args.exclude_gpu_uuid,
+        node_policy=args.node_policy,
+        gpu_policy=args.gpu_policy,
+        numa_bind=args.numa_bind,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    command = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+    try:
+        wanted = _slice(args)
+        with connect(args, args.namespace) as client:
+            if args.dry_run:
+                plan = client.plan(wanted)
+                print(plan)
+                return EXIT_OK if plan.fits else EXIT_FAILED
+            workload = client.run(
+                args.image,
+                command or None,
+                slice=wanted,
+                name=args.name,
+                kind="Job" if args.job else "Pod",
+                queue=args.queue,
+            )
+            print(f"created {workload.kind.lower()} {workload.namespace}/{workload.name}")
+            if args.wait != "none":
+                workload.wait(args.timeout, until=args.wait)
+                print(workload.allocation or "not placed yet")
+            if args.logs:
+                sys.stdout.write(workload.logs())
+    except VsliceError as exc:
+        return fail("request", exc)
+    return EXIT_OK

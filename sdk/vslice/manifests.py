@@ -1,0 +1,136 @@
+"""Pod and Job manifests carrying a :class:`~vslice.slices.Slice`.
+
+The SDK speaks plain manifests (dicts, as ``kubectl apply`` would read them), so what
+``client.run`` creates is exactly what a user could write by hand, and ``client.submit``
+accepts the user's own manifest. A slice lands on one container as resource limits and on
+the pod (or the Job's pod template) as annotations.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from vslice.errors import InvalidRequest
+from vslice.slices import Slice
+
+MANAGED_BY: Final = {"app.kubernetes.io/managed-by": "vslice-sdk"}
+WORKLOAD_KINDS: Final = ("Job", "Pod")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def _command(command: str | Sequence[str] | None) -> list[str] | None:
+    """A string runs through ``sh -c`` (as in a shell); a list is the exact argv."""
+    if command is None:
+        return None
+    if isinstance(command, str):
+        return ["sh", "-c", command]
+    return [str(part) for part in command]
+
+
+def check_name(name: str, field: str = "name") -> str:
+    """Kubernetes object names used here must be DNS labels (at most 63 characters)."""
+    if len(name) > 63 or not _DNS_LABEL.match(name):
+        raise InvalidRequest(
+            f"{field} must be a DNS label (lower-case letters, digits, '-', at most 63), "
+            f"got {name!r}",
+            field=field,
+            value=name,
+        )
+    return name
+
+
+def pod_manifest(
+    image: str,
+    command: str | Sequence[str] | None = None,
+    *,
+    slice: Slice,
+    name: str | None = None,
+    env: Mapping[str, str] | None = None,
+    labels: Mapping[str, str] | None = None,
+    container: str = "main",
+) -> dict[str, Any]:
+    """A Pod that runs ``image`` once (``restartPolicy: Never``) with the slice applied."""
+    if not image or not isinstance(image, str):
+        raise InvalidRequest(f"image must be a container image name, got {image!r}", field="image")
+    metadata: dict[str, Any] = {"labels": {**MANAGED_BY, **(labels or {})}}
+    if name is None:
+        metadata["generateName"] = "vslice-"
+    else:
+        metadata["name"] = check_name(name)
+    spec_container: dict[str, Any] = {"name": check_name(container, "container"), "image": image}
+    if (argv := _command(command)) is not None:
+        spec_container["command"] = argv
+    if env:
+        spec_container["env"] = [{"name": k, "value": str(v)} for k, v in env.items()]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": {"restartPolicy": "Never", "containers": [spec_container]},
+    }
+    return apply_slice(pod, slice)
+
+
+def job_manifest(pod: Mapping[str, Any], *, backoff_limit: int = 0) -> dict[str, Any]:
+    """Wrap a pod manifest from :func:`pod_manifest` in a Job that runs it to completion."""
+    metadata = dict(pod.get("metadata") or {})
+    template = {"metadata": {"labels": metadata.get("labels", {})}, "spec": pod["spec"]}
+    if annotations := metadata.get("annotations"):
+        template["metadata"]["annotations"] = annotations
+    job_meta = {k: v for k, v in metadata.items() if k in ("name", "generateName", "labels")}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": job_meta,
+        "spec": {"backoffLimit": backoff_limit, "template": template},
+    }
+
+
+def pod_template(manifest: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(metadata, spec)`` of the pod a Pod or Job manifest describes (the same dicts)."""
+    kind = manifest.get("kind")
+    if kind not in WORKLOAD_KINDS:
+        raise InvalidRequest(
+            f"kind must be one of {', '.join(WORKLOAD_KINDS)}, got {kind!r}", field="kind"
+        )
+    if kind == "Job":
+        template = manifest.get("spec", {}).get("template")
+        if not isinstance(template, dict):
+            raise InvalidRequest("a Job needs spec.template", field="spec.template")
+        return template.setdefault("metadata", {}), template.setdefault("spec", {})
+    spec = manifest.get("spec")
+    if not isinstance(spec, dict) or not spec.get("containers"):
+        raise InvalidRequest("a Pod needs spec.containers", field="spec.containers")
+    return manifest.setdefault("metadata", {}), spec
+
+
+def apply_slice(
+    manifest: Mapping[str, Any], slice: Slice, container: str | None = None
+) -> dict[str, Any]:
+    """A copy of a Pod or Job manifest with ``slice`` on one container (default: the first)."""
+    result = copy.deepcopy(dict(manifest))
+    metadata, spec = pod_template(result)
+    containers = spec.get("containers") or []
+    target = _find_container(containers, container)
+    resources = target.setdefault("resources", {})
+    resources.setdefault("limits", {}).update(slice.limits())
+    if slice.annotations():
+        metadata.setdefault("annotations", {}).update(slice.annotations())
+    return result
+
+
+def _find_container(containers: list[dict[str, Any]], name: str | None) -> dict[str, Any]:
+    if not containers:
+        raise InvalidRequest("the pod has no containers", field="spec.containers")
+    if name is None:
+        return containers[0]
+    for candidate in containers:
+        if candidate.get("name") == name:
+            return candidate
+    names = ", ".join(str(c.get("name")) for c in containers)
+    raise InvalidRequest(
+        f"no container named {name!r}; containers: {names}", field="container", value=name
+    )

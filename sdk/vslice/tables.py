@@ -1,0 +1,208 @@
+"""Typed rows the SDK returns, and the read-only tables that hold them.
+
+``client.gpus()`` returns a :class:`GpuTable` of :class:`GpuRow` (one per GPU, with what is
+allocated on it and which pods hold it); ``client.allocations()`` returns an
+:class:`AllocationTable` of :class:`AllocationRow` (one per pod, container and GPU). Tables
+are sequences, render themselves in a notebook (``_repr_html_``) and as text (``str``), and
+convert to a pandas DataFrame with ``to_pandas()`` when pandas is installed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+
+if TYPE_CHECKING:
+    import pandas
+
+
+@dataclass(frozen=True)
+class GpuRow:
+    """One GPU of one node: capacity, what is allocated, and the pods holding slices."""
+
+    node: str
+    index: int
+    uuid: str
+    model: str
+    memory_mib: int
+    memory_used_mib: int
+    cores: int
+    cores_used: int
+    slots: int
+    slots_used: int
+    numa: int = 0
+    healthy: bool = True
+    cordoned: bool = False
+    pods: tuple[str, ...] = ()
+
+    @property
+    def memory_free_mib(self) -> int:
+        return max(0, self.memory_mib - self.memory_used_mib)
+
+    @property
+    def cores_free(self) -> int:
+        return max(0, self.cores - self.cores_used)
+
+    @property
+    def slots_free(self) -> int:
+        return max(0, self.slots - self.slots_used)
+
+    @property
+    def schedulable(self) -> bool:
+        return self.healthy and not self.cordoned
+
+
+@dataclass(frozen=True)
+class AllocationRow:
+    """One GPU granted to one container of one pod."""
+
+    namespace: str
+    pod: str
+    node: str
+    container: str
+    gpu_index: int
+    gpu_uuid: str
+    gpu_model: str
+    memory_mib: int
+    cores: int
+    phase: str = ""
+
+    @property
+    def holder(self) -> str:
+        return f"{self.namespace}/{self.pod}"
+
+
+Row = TypeVar("Row", GpuRow, AllocationRow)
+
+
+class Table(Sequence[Row], Generic[Row]):
+    """An immutable sequence of rows with notebook and text renderings."""
+
+    def __init__(self, rows: Iterable[Row]) -> None:
+        self._rows: tuple[Row, ...] = tuple(rows)
+
+    @overload
+    def __getitem__(self, index: int) -> Row: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Row]: ...
+    def __getitem__(self, index: int | slice) -> Row | Sequence[Row]:
+        return self._rows[index]
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __iter__(self) -> Iterator[Row]:
+        return iter(self._rows)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Table) and self._rows == other._rows
+
+    def __hash__(self) -> int:
+        return hash(self._rows)
+
+    def records(self) -> list[dict[str, Any]]:
+        """Rows as plain dicts (field name -> value), e.g. for JSON."""
+        return [dataclasses.asdict(row) for row in self._rows]
+
+    def to_pandas(self) -> pandas.DataFrame:
+        """A DataFrame with one column per field (needs pandas, in the notebook extra)."""
+        try:
+            import pandas
+        except ImportError as exc:  # pragma: no cover - pandas is in the notebook extra
+            raise ImportError("to_pandas() needs pandas: pip install 'vslice[notebook]'") from exc
+        return pandas.DataFrame(self.records(), columns=self._columns())
+
+    def _columns(self) -> list[str]:
+        raise NotImplementedError
+
+
+class GpuTable(Table[GpuRow]):
+    """Every GPU of the cluster, sorted by node name, then GPU index."""
+
+    def _columns(self) -> list[str]:
+        return [f.name for f in dataclasses.fields(GpuRow)]
+
+    def nodes(self) -> list[str]:
+        return sorted({row.node for row in self})
+
+    def models(self) -> list[str]:
+        """GPU models present, sorted."""
+        return sorted({row.model for row in self})
+
+    def _repr_html_(self) -> str:
+        from vslice import views
+
+        return views.gpus_html(self)
+
+    def __str__(self) -> str:
+        from vslice import views
+
+        return views.gpus_text(self)
+
+    def __repr__(self) -> str:
+        return f"<GpuTable: {len(self)} GPUs on {len(self.nodes())} nodes>"
+
+
+class AllocationTable(Table[AllocationRow]):
+    """Every GPU grant, sorted by namespace, pod, container, GPU index."""
+
+    def _columns(self) -> list[str]:
+        return [f.name for f in dataclasses.fields(AllocationRow)]
+
+    def _repr_html_(self) -> str:
+        from vslice import views
+
+        return views.allocations_html(self)
+
+    def __str__(self) -> str:
+        from vslice import views
+
+        return views.allocations_text(self)
+
+    def __repr__(self) -> str:
+        pods = len({row.holder for row in self})
+        return f"<AllocationTable: {len(self)} GPU grants to {pods} pods>"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one pod's slices landed: the node and, per container, the GPUs granted."""
+
+    namespace: str
+    pod: str
+    node: str
+    grants: AllocationTable
+
+    @property
+    def gpu_uuids(self) -> list[str]:
+        return [row.gpu_uuid for row in self.grants]
+
+    @property
+    def gpu_models(self) -> list[str]:
+        return [row.gpu_model for row in self.grants]
+
+    @property
+    def memory_mib(self) -> int:
+        """GPU memory held by the pod, summed over its GPUs."""
+        return sum(row.memory_mib for row in self.grants)
+
+    @property
+    def cores(self) -> int:
+        """Cores held by the pod, percent of one GPU, summed over its GPUs."""
+        return sum(row.cores for row in self.grants)
+
+    def __repr__(self) -> str:
+        count = len(self.grants)
+        return f"<Placement {self.namespace}/{self.pod} on {self.node}: {count} GPU grant(s)>"
+
+    def _repr_html_(self) -> str:
+        from vslice import views
+
+        return views.placement_html(self)
+
+    def __str__(self) -> str:
+        from vslice import views
+
+        return views.placement_text(self)

@@ -1,0 +1,319 @@
+"""How vslice objects look: HTML for notebooks, aligned text for terminals.
+
+Every HTML view is one ``<div class="vslice">`` holding the stylesheet (shipped as package
+data, ``vslice/static/vslice.css``), a plain-text fallback and the rich view. The rich view
+starts hidden and the stylesheet reveals it while hiding the fallback, so where styles are
+stripped (untrusted notebooks, static viewers) the text shows instead of a broken layout.
+Every string that comes from the cluster or the user goes through :func:`html.escape`;
+numbers are formatted by us. Node groups collapse with ``<details>`` (no JavaScript).
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+from collections.abc import Iterable, Sequence
+from importlib import resources
+
+from vslice.plans import Plan, explain
+from vslice.slices import format_mib
+from vslice.tables import AllocationRow, AllocationTable, GpuRow, GpuTable, Placement
+
+
+@functools.cache
+def stylesheet() -> str:
+    """The CSS every HTML view embeds."""
+    return resources.files("vslice").joinpath("static/vslice.css").read_text(encoding="utf-8")
+
+
+def esc(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def wrap(body: str, text: str) -> str:
+    """The common envelope: stylesheet, text fallback, rich view."""
+    return (
+        f'<div class="vslice"><style>{stylesheet()}</style>'
+        f'<pre class="vslice-text-fallback">{esc(text)}</pre>'
+        f'<div class="vslice-wrap" style="display:none">{body}</div></div>'
+    )
+
+
+def percent(used: int, total: int) -> int:
+    return round(100 * used / total) if total > 0 else 0
+
+
+def meter(used: int, total: int, label: str) -> str:
+    """A bar filled to used/total with a label beside it."""
+    share = min(100, percent(used, total))
+    level = " vslice-full" if share >= 100 else " vslice-high" if share >= 80 else ""
+    return (
+        f'<span class="vslice-meter"><span class="vslice-bar{level}" title="{share}%">'
+        f'<span style="width:{share}%"></span></span><span>{esc(label)}</span></span>'
+    )
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[str]], numeric: set[int]) -> str:
+    """An HTML table; cells are already-escaped HTML, columns in ``numeric`` align right."""
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+    body = "".join(
+        "<tr>"
+        + "".join(
+            f'<td class="vslice-num">{cell}</td>' if i in numeric else f"<td>{cell}</td>"
+            for i, cell in enumerate(row)
+        )
+        + "</tr>"
+        for row in rows
+    )
+    return (
+        f'<table class="vslice-table"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    )
+
+
+def text_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Left-aligned columns separated by two spaces (the kubectl look)."""
+    widths = [len(h) for h in headers]
+    for row in rows:
+        widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
+    lines = [headers, *rows]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
+        for line in lines
+    )
+
+
+# --- GPU inventory ---------------------------------------------------------------------
+
+
+def _totals(rows: Sequence[GpuRow]) -> dict[str, int]:
+    return {
+        "memory_used": sum(r.memory_used_mib for r in rows),
+        "memory": sum(r.memory_mib for r in rows),
+        "cores_used": sum(r.cores_used for r in rows),
+        "cores": sum(r.cores for r in rows),
+        "slots_used": sum(r.slots_used for r in rows),
+        "slots": sum(r.slots for r in rows),
+    }
+
+
+def _state(row: GpuRow) -> str:
+    if not row.healthy:
+        return "unhealthy"
+    return "cordoned" if row.cordoned else "ok"
+
+
+def _gpu_cells(row: GpuRow) -> list[str]:
+    pods = (
+        ", ".join(f"<code>{esc(p)}</code>" for p in row.pods)
+        or '<span class="vslice-muted">-</span>'
+    )
+    state = _state(row)
+    chip = "vslice-ok" if state == "ok" else "vslice-bad"
+    return [
+        esc(row.index),
+        f'{esc(row.model)}<br><code class="vslice-muted">{esc(row.uuid)}</code>',
+        f'<span class="vslice-chip {chip}">{esc(state)}</span>',
+        meter(row.slots_used, row.slots, f"{row.slots_used}/{row.slots}"),
+        meter(
+            row.memory_used_mib,
+            row.memory_mib,
+            f"{format_mib(row.memory_used_mib)} / {format_mib(row.memory_mib)}",
+        ),
+        meter(row.cores_used, row.cores, f"{row.cores_used}/{row.cores}%"),
+        pods,
+    ]
+
+
+def _summary_chips(totals: dict[str, int]) -> str:
+    memory = (
+        f"memory {format_mib(totals['memory_used'])} / {format_mib(totals['memory'])} "
+        f"({percent(totals['memory_used'], totals['memory'])}%)"
+    )
+    cores = f"cores {totals['cores_used']}/{totals['cores']}%"
+    slots = f"slots {totals['slots_used']}/{totals['slots']}"
+    return "".join(f'<span class="vslice-chip">{esc(c)}</span>' for c in (memory, cores, slots))
+
+
+def gpus_html(gpus: GpuTable) -> str:
+    headers = ["#", "GPU", "state", "slots", "memory", "cores", "pods"]
+    nodes = gpus.nodes()
+    sections = []
+    for node in nodes:
+        rows = [r for r in gpus if r.node == node]
+        totals = _totals(rows)
+        summary = (
+            f'<summary><span class="vslice-node">{esc(node)}</span> '
+            f'<span class="vslice-muted">{len(rows)} GPUs</span> {_summary_chips(totals)}</summary>'
+        )
+        sections.append(
+            f"<details open>{summary}{table(headers, map(_gpu_cells, rows), set())}</details>"
+        )
+    header = (
+        f'<div class="vslice-header"><span class="vslice-title">GPU inventory</span>'
+        f'<span class="vslice-muted">{len(nodes)} nodes, {len(gpus)} GPUs</span>'
+        f"{_summary_chips(_totals(list(gpus)))}</div>"
+    )
+    if not nodes:
+        sections.append('<p class="vslice-muted">No node advertises vslice GPUs.</p>')
+    return wrap(header + "".join(sections), gpus_text(gpus))
+
+
+def gpus_text(gpus: GpuTable) -> str:
+    """Per node and GPU: slots, memory and cores allocated/total, then cluster totals."""
+    headers = ["NODE", "GPU", "MODEL", "STATE", "SLOTS", "MEMORY(MiB)", "CORES(%)", "PODS"]
+    rows = [
+        [
+            r.node,
+            str(r.index),
+            r.model,
+            _state(r),
+            f"{r.slots_used}/{r.slots}",
+            f"{r.memory_used_mib}/{r.memory_mib}",
+            f"{r.cores_used}/{r.cores}",
+            ",".join(r.pods) or "-",
+        ]
+        for r in gpus
+    ]
+    t = _totals(list(gpus))
+    footer = (
+        f"Allocated/total in cluster ({len(gpus.nodes())} nodes, {len(gpus)} GPUs): "
+        f"memory {t['memory_used']}/{t['memory']} MiB "
+        f"({percent(t['memory_used'], t['memory'])}%), "
+        f"cores {t['cores_used']}/{t['cores']}% ({percent(t['cores_used'], t['cores'])}%), "
+        f"slots {t['slots_used']}/{t['slots']}"
+    )
+    return text_table(headers, rows) + "\n" + "-" * min(len(footer), 100) + "\n" + footer
+
+
+# --- Allocations -----------------------------------------------------------------------
+
+_ALLOCATION_HEADERS = ["NAMESPACE", "POD", "CONTAINER", "NODE", "GPU", "MODEL", "MEMORY", "CORES"]
+
+
+def _allocation_row(row: AllocationRow) -> list[str]:
+    return [
+        row.namespace,
+        row.pod,
+        row.container,
+        row.node,
+        f"{row.gpu_index} {row.gpu_uuid}",
+        row.gpu_model,
+        format_mib(row.memory_mib),
+        f"{row.cores}%",
+    ]
+
+
+def allocations_html(allocations: AllocationTable) -> str:
+    rows = [[esc(cell) for cell in _allocation_row(r)] for r in allocations]
+    pods = len({r.holder for r in allocations})
+    header = (
+        f'<div class="vslice-header"><span class="vslice-title">GPU allocations</span>'
+        f'<span class="vslice-muted">{pods} pods, {len(allocations)} GPU grants</span></div>'
+    )
+    body = (
+        table([h.lower() for h in _ALLOCATION_HEADERS], rows, {6, 7})
+        if rows
+        else '<p class="vslice-muted">No pod holds a GPU slice.</p>'
+    )
+    return wrap(header + body, allocations_text(allocations))
+
+
+def allocations_text(allocations: AllocationTable) -> str:
+    if not len(allocations):
+        return "No pod holds a GPU slice."
+    return text_table(_ALLOCATION_HEADERS, [_allocation_row(r) for r in allocations])
+
+
+# --- Plans -----------------------------------------------------------------------------
+
+
+def _reason_chips(reasons: dict[str, int]) -> str:
+    return " ".join(
+        f'<span class="vslice-chip vslice-bad" title="{esc(explain(code))}">'
+        f'{esc(code)} &times;{count}</span> <span class="vslice-muted">{esc(explain(code))}</span>'
+        for code, count in reasons.items()
+    )
+
+
+def plan_html(plan: Plan) -> str:
+    wanted = esc(plan.slice.describe() if plan.slice else "request")
+    if plan.fits:
+        badge = f'<span class="vslice-badge vslice-ok">fits on {esc(plan.node)}</span>'
+    else:
+        badge = '<span class="vslice-badge vslice-bad">does not fit</span>'
+    header = (
+        f'<div class="vslice-header"><span class="vslice-title">Plan</span>{badge}'
+        f'<span class="vslice-muted">{wanted} in namespace {esc(plan.namespace)}</span></div>'
+    )
+    grants = [
+        [
+            esc(name),
+            f"{g.index} <code>{esc(g.uuid)}</code>",
+            esc(format_mib(g.memory_mib)),
+            f"{g.cores}%",
+        ]
+        for name, gs in plan.grants.items()
+        for g in gs
+    ]
+    grant_table = table(["container", "GPU", "memory", "cores"], grants, {2, 3}) if grants else ""
+    verdicts = [
+        [
+            esc(name),
+            '<span class="vslice-chip vslice-ok">fits</span>'
+            if v.fits
+            else '<span class="vslice-chip vslice-bad">no</span>',
+            "" if v.score is None else f"{v.score:.2f}",
+            _reason_chips(v.reasons),
+        ]
+        for name, v in sorted(plan.decision.nodes.items())
+    ]
+    node_table = table(["node", "fits", "score", "why not"], verdicts, {2})
+    return wrap(header + grant_table + node_table, plan_text(plan))
+
+
+def plan_text(plan: Plan) -> str:
+    wanted = plan.slice.describe() if plan.slice else "request"
+    lines = [f"{wanted}: " + (f"fits on {plan.node}" if plan.fits else "does not fit")]
+    for name, grants in plan.grants.items():
+        for g in grants:
+            lines.append(
+                f"  {name}: GPU {g.index} {g.uuid}, {format_mib(g.memory_mib)}, {g.cores}% cores"
+            )
+    rows = [
+        [
+            name,
+            "yes" if v.fits else "no",
+            "" if v.score is None else f"{v.score:.2f}",
+            ", ".join(f"{code} x{count}" for code, count in v.reasons.items()),
+        ]
+        for name, v in sorted(plan.decision.nodes.items())
+    ]
+    return "\n".join(lines) + "\n" + text_table(["NODE", "FITS", "SCORE", "REASONS"], rows)
+
+
+# --- One pod's placement ---------------------------------------------------------------
+
+
+def placement_text(placement: Placement) -> str:
+    head = f"{placement.namespace}/{placement.pod} on node {placement.node}"
+    return head + "\n" + allocations_text(placement.grants)
+
+
+def placement_html(placement: Placement) -> str:
+    header = (
+        f'<div class="vslice-header"><span class="vslice-title">{esc(placement.pod)}</span>'
+        f'<span class="vslice-muted">namespace {esc(placement.namespace)}</span>'
+        f'<span class="vslice-chip vslice-ok">on {esc(placement.node)}</span></div>'
+    )
+    rows = [
+        [
+            esc(r.container),
+            f"{esc(r.gpu_index)} <code>{esc(r.gpu_uuid)}</code>",
+            esc(r.gpu_model),
+            esc(format_mib(r.memory_mib)),
+            f"{r.cores}%",
+        ]
+        for r in placement.grants
+    ]
+    body = table(["container", "GPU", "model", "memory", "cores"], rows, {3, 4})
+    return wrap(header + body, placement_text(placement))

@@ -1,0 +1,184 @@
+"""The CLUSTER / inventory YAML of DESIGN.md, and a cluster read from a ``kubectl`` dump.
+
+One format serves ``vslice plan``, the lab's simulated nodes and the device plugin's static
+backend: ``nodes: [{name, gpus: [{uuid, model, memory_mib, cores, slots, index, numa,
+healthy, cordoned, used}], topology}]`` with optional ``quotas`` per namespace.
+
+:func:`cluster_from_dump` reads ``kubectl get nodes,pods -A -o yaml``: nodes carrying
+``vslice.io/node-gpus`` become nodes, and every pod that is not terminated and carries
+``vslice.io/allocation`` counts as used, so an operator can ask "why does my pod not fit?"
+against a real cluster offline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from vslice_core.annotations import ALLOCATION, NODE_GPUS, decode_allocation, decode_node_gpus
+from vslice_core.errors import InvalidRequest
+from vslice_core.ledger import Ledger, charges
+from vslice_core.model import (
+    Gpu,
+    GpuUsage,
+    NamespaceQuota,
+    NodeInventory,
+    validation_message,
+)
+
+_TERMINATED = ("Succeeded", "Failed")
+
+
+class ClusterGpu(Gpu):
+    """A GPU of the CLUSTER file: the inventory entry plus what is already used on it."""
+
+    used: GpuUsage = Field(default_factory=GpuUsage)
+
+
+class ClusterNode(NodeInventory):
+    gpus: list[ClusterGpu] = Field(default_factory=list)  # type: ignore[assignment]
+
+    def inventory(self) -> NodeInventory:
+        gpus = [Gpu.model_validate(gpu.model_dump(exclude={"used"})) for gpu in self.gpus]
+        return NodeInventory(name=self.name, gpus=gpus, topology=self.topology)
+
+    def usage(self) -> dict[str, GpuUsage]:
+        return {gpu.uuid: gpu.used for gpu in self.gpus if gpu.used != GpuUsage()}
+
+
+class Cluster(BaseModel):
+    """Nodes with their usage, and namespace quotas: what ``vslice plan`` reasons about."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    nodes: list[ClusterNode] = Field(default_factory=list)
+    quotas: dict[str, NamespaceQuota] = Field(default_factory=dict)
+
+
+def _first_error(error: ValidationError) -> InvalidRequest:
+    field, message = validation_message(error)
+    return InvalidRequest(message, field=field, value=error.errors()[0].get("input"))
+
+
+def parse_cluster(data: Any) -> Cluster:
+    """Validate an already loaded CLUSTER object."""
+    if not isinstance(data, Mapping):
+        raise InvalidRequest(
+            f"cluster must be a mapping with 'nodes', got {type(data).__name__}",
+            field="cluster",
+            value=data,
+        )
+    try:
+        cluster = Cluster.model_validate(data)
+    except ValidationError as error:
+        raise _first_error(error) from None
+    names = [node.name for node in cluster.nodes]
+    twice = next((name for name in names if names.count(name) > 1), None)
+    if twice is not None:
+        raise InvalidRequest(
+            f"nodes[].name must be unique, got {twice!r} twice", field="nodes", value=twice
+        )
+    return cluster
+
+
+def load_yaml(text: str, what: str) -> Any:
+    """YAML (or JSON) text as data; syntax errors become InvalidRequest naming ``what``."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(error, "problem", None) or "not valid YAML"
+        raise InvalidRequest(
+            f"{what} must be valid YAML or JSON, got {problem}{where}", field=what, value=None
+        ) from None
+
+
+def load_cluster(text: str) -> Cluster:
+    return parse_cluster(load_yaml(text, "cluster"))
+
+
+def _items(data: Any) -> list[Mapping[str, Any]]:
+    items = data.get("items") if isinstance(data, Mapping) else None
+    if not isinstance(items, list):
+        raise InvalidRequest(
+            "dump must be a Kubernetes List with 'items' (kubectl get nodes,pods -A -o yaml), "
+            f"got {type(data).__name__}",
+            field="items",
+            value=None,
+        )
+    return [item for item in items if isinstance(item, Mapping)]
+
+
+def _annotations(item: Mapping[str, Any]) -> Mapping[str, Any]:
+    metadata = item.get("metadata")
+    found = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    return found if isinstance(found, Mapping) else {}
+
+
+def _name(item: Mapping[str, Any]) -> str:
+    metadata = item.get("metadata")
+    return str(metadata.get("name", "")) if isinstance(metadata, Mapping) else ""
+
+
+def _live_allocations(items: list[Mapping[str, Any]]) -> list[Any]:
+    allocations = []
+    for item in items:
+        status = item.get("status")
+        phase = status.get("phase") if isinstance(status, Mapping) else None
+        value = _annotations(item).get(ALLOCATION)
+        if item.get("kind") != "Pod" or phase in _TERMINATED or not isinstance(value, str):
+            continue
+        try:
+            allocations.append(decode_allocation(value))
+        except InvalidRequest as error:
+            raise InvalidRequest(
+                f"pod {_name(item)}: {error}", field=ALLOCATION, value=value
+            ) from None
+    return allocations
+
+
+def cluster_from_dump(data: Any) -> Cluster:
+    """The cluster as ``kubectl get nodes,pods -A -o yaml`` shows it (no quotas)."""
+    items = _items(data)
+    inventories: dict[str, NodeInventory] = {}
+    for item in items:
+        value = _annotations(item).get(NODE_GPUS)
+        if item.get("kind") == "Node" and isinstance(value, str):
+            name = _name(item)
+            try:
+                inventories[name] = decode_node_gpus(value, name)
+            except InvalidRequest as error:
+                raise InvalidRequest(
+                    f"node {name}: {error}", field=NODE_GPUS, value=value
+                ) from None
+    used: dict[tuple[str, str], list[int]] = {}
+    for allocation in _live_allocations(items):
+        for uuid, usage in charges(allocation).items():
+            total = used.setdefault((allocation.node, uuid), [0, 0, 0])
+            total[0] += usage.slots
+            total[1] += usage.memory_mib
+            total[2] += usage.cores
+    nodes = [_cluster_node(inventory, used) for inventory in inventories.values()]
+    return Cluster(nodes=nodes)
+
+
+def _cluster_node(inventory: NodeInventory, used: dict[tuple[str, str], list[int]]) -> ClusterNode:
+    gpus = []
+    for gpu in inventory.gpus:
+        slots, memory, cores = used.get((inventory.name, gpu.uuid), [0, 0, 0])
+        taken = GpuUsage(slots=slots, memory_mib=memory, cores=cores)
+        gpus.append(ClusterGpu(**gpu.model_dump(), used=taken))
+    return ClusterNode(name=inventory.name, gpus=gpus, topology=inventory.topology)
+
+
+def build_ledger(cluster: Cluster) -> Ledger:
+    ledger = Ledger()
+    for node in cluster.nodes:
+        ledger.set_node(node.inventory(), node.usage())
+    for namespace, quota in cluster.quotas.items():
+        ledger.set_quota(namespace, quota)
+    return ledger

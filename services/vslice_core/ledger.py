@@ -1,0 +1,435 @@
+"""The usage ledger: what every GPU, node and namespace has promised, kept incrementally.
+
+The extender holds one :class:`Ledger`. Recording or releasing a pod's allocation costs time
+proportional to that allocation (plus the GPUs of its node, to refresh the node's aggregates),
+never to the cluster: no decision recomputes usage over all pods.
+
+Locking: one ``threading.Lock`` guards all state. Every public method holds it from start to
+end and no method calls out while holding it, so there is no lock order to get wrong: a
+decision sees one consistent snapshot, and :meth:`Ledger.try_commit` / :meth:`Ledger.reserve`
+re-check capacity and record in the same critical section, which is what makes two
+concurrent binds unable to over-allocate a GPU.
+
+Allocations whose node disappears are kept (with their namespace usage) until released;
+when the node comes back, :meth:`Ledger.set_node` re-applies them.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+
+from vslice_core.errors import InvalidRequest, NoFit
+from vslice_core.model import (
+    REASONS,
+    Allocation,
+    ContainerAllocation,
+    Decision,
+    GpuGrant,
+    GpuUsage,
+    NamespaceQuota,
+    NodeInventory,
+    NodeVerdict,
+    PodRequest,
+    QuotaUsage,
+)
+from vslice_core.placement import (
+    Ask,
+    GpuState,
+    NodeState,
+    Outcome,
+    apply_usage,
+    compile_request,
+    evaluate,
+    node_score,
+    node_state,
+    quick_reject,
+    types_match,
+)
+from vslice_core.ranking import NodeRanking
+
+
+def charges(allocation: Allocation) -> dict[str, GpuUsage]:
+    """What an allocation takes per GPU UUID: ``max(init peak, sum of app containers)``."""
+    apps: dict[str, list[int]] = {}
+    inits: dict[str, list[int]] = {}
+    for container in allocation.containers:
+        for grant in container.gpus:
+            if container.init:
+                peak = inits.setdefault(grant.uuid, [0, 0, 0])
+                peak[0] = max(peak[0], 1)
+                peak[1] = max(peak[1], grant.memory_mib)
+                peak[2] = max(peak[2], grant.cores)
+            else:
+                total = apps.setdefault(grant.uuid, [0, 0, 0])
+                total[0] += 1
+                total[1] += grant.memory_mib
+                total[2] += grant.cores
+    result: dict[str, GpuUsage] = {}
+    for uuid in sorted(apps.keys() | inits.keys()):
+        app, init = apps.get(uuid, [0, 0, 0]), inits.get(uuid, [0, 0, 0])
+        slots, memory, cores = (max(a, b) for a, b in zip(app, init, strict=True))
+        result[uuid] = GpuUsage(slots=slots, memory_mib=memory, cores=cores)
+    return result
+
+
+@dataclass(slots=True)
+class _Record:
+    """One pod's recorded allocation and what it charges."""
+
+    namespace: str
+    allocation: Allocation
+    charges: dict[str, GpuUsage]
+    exclusive: frozenset[str]  # GPUs on which a container asked for every core
+    zero_cores: frozenset[str]  # GPUs on which a container asked for no cores
+    totals: tuple[int, int, int]  # MiB, cores, GPU slices: what the namespace quota counts
+
+
+def _record(namespace: str, allocation: Allocation) -> _Record:
+    taken = charges(allocation)
+    grants = [g for c in allocation.containers for g in c.gpus]
+    return _Record(
+        namespace=namespace,
+        allocation=allocation,
+        charges=taken,
+        exclusive=frozenset(g.uuid for g in grants if g.cores >= 100),
+        zero_cores=frozenset(g.uuid for g in grants if g.cores == 0),
+        totals=(
+            sum(u.memory_mib for u in taken.values()),
+            sum(u.cores for u in taken.values()),
+            sum(u.slots for u in taken.values()),
+        ),
+    )
+
+
+class Ledger:
+    """Usage per GPU, node and namespace; decisions and commits against it. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._nodes: dict[str, NodeState] = {}
+        self._pods: dict[str, _Record] = {}
+        self._by_node: dict[str, set[str]] = {}
+        self._quotas: dict[str, NamespaceQuota] = {}
+        self._namespace_used: dict[str, list[int]] = {}
+        self._ranking = NodeRanking()
+
+    # ----- nodes and quotas -------------------------------------------------------------
+    def set_node(
+        self, inventory: NodeInventory, used: Mapping[str, GpuUsage] | None = None
+    ) -> None:
+        """Add or replace a node; known allocations on it are re-applied."""
+        with self._lock:
+            state = node_state(inventory, dict(used or {}))
+            self._nodes[inventory.name] = state
+            for uid in sorted(self._by_node.get(inventory.name, ())):
+                self._apply_charges(state, self._pods[uid], 1)
+            state.refresh()
+            self._index(state)
+
+    def remove_node(self, name: str) -> None:
+        """Forget a node; its allocations stay recorded and return with it."""
+        with self._lock:
+            self._unindex(name)
+            self._nodes.pop(name, None)
+
+    def set_quota(self, namespace: str, quota: NamespaceQuota | None) -> None:
+        with self._lock:
+            if quota is None:
+                self._quotas.pop(namespace, None)
+            else:
+                self._quotas[namespace] = quota
+
+    # ----- pods -------------------------------------------------------------------------
+    def add(self, pod_uid: str, allocation: Allocation, namespace: str = "default") -> None:
+        """Record a known allocation (idempotent per uid; a different one replaces it)."""
+        with self._lock:
+            current = self._pods.get(pod_uid)
+            if current and current.allocation == allocation and current.namespace == namespace:
+                return
+            self._forget(pod_uid)
+            self._remember(pod_uid, _record(namespace, allocation))
+
+    def release(self, pod_uid: str) -> Allocation | None:
+        """Give a pod's slices back; returns what it held (None if unknown)."""
+        with self._lock:
+            record = self._forget(pod_uid)
+            return record.allocation if record else None
+
+    def try_commit(self, pod_uid: str, allocation: Allocation, namespace: str = "default") -> None:
+        """Re-check that the allocation still fits and record it, atomically; else NoFit."""
+        with self._lock:
+            current = self._pods.get(pod_uid)
+            if current and current.allocation == allocation and current.namespace == namespace:
+                return
+            previous = self._forget(pod_uid)
+            record = _record(namespace, allocation)
+            reasons = self._commit_reasons(record)
+            if reasons:
+                if previous is not None:
+                    self._remember(pod_uid, previous)
+                raise NoFit(
+                    f"pod {pod_uid} no longer fits on node {allocation.node}: "
+                    + ", ".join(f"{k}={v}" for k, v in reasons.items()),
+                    reasons={allocation.node: reasons},
+                )
+            self._remember(pod_uid, record)
+
+    def reserve(self, request: PodRequest, node: str) -> Allocation:
+        """Place the pod on that node and record it in one locked step (a bind); else NoFit."""
+        if not request.uid:
+            raise InvalidRequest(
+                "metadata.uid must be set to reserve a pod, got ''", field="metadata.uid", value=""
+            )
+        ask = compile_request(request)
+        with self._lock:
+            # The pod's own earlier allocation, if any, must not stand in its way.
+            previous = self._forget(request.uid)
+            state = self._nodes.get(node)
+            outcome = self._evaluate(state, ask) if state else Outcome(False, {"too_few_gpus": 1})
+            if state is None or not outcome.fits:
+                if previous is not None:
+                    self._remember(request.uid, previous)
+                reasons = {c: outcome.reasons[c] for c in REASONS if c in outcome.reasons}
+                raise NoFit(
+                    f"pod {request.namespace}/{request.name} does not fit on node {node}",
+                    reasons={node: reasons},
+                )
+            allocation = _allocation(node, request, outcome)
+            self._remember(request.uid, _record(request.namespace, allocation))
+            return allocation
+
+    # ----- decisions --------------------------------------------------------------------
+    def decide(
+        self,
+        request: PodRequest,
+        candidates: Iterable[str] | None = None,
+        *,
+        explain: bool = False,
+    ) -> Decision:
+        """The best node for the pod among ``candidates`` (None = all) and its allocation.
+
+        ``explain=False`` stops at the first fitting node in policy order and reports only
+        that node's verdict (or every candidate's exact verdict when nothing fits);
+        ``explain=True`` evaluates and reports every candidate. Both choose the same node.
+        """
+        ask = compile_request(request)
+        names = None if candidates is None else list(candidates)
+        with self._lock:
+            if not explain:
+                found = self._first_fit(ask, names)
+                if found is not None:
+                    state, outcome = found
+                    verdict = NodeVerdict(fits=True, score=node_score(state, ask.node_policy))
+                    return Decision(
+                        node=state.name,
+                        allocation=_allocation(state.name, request, outcome),
+                        nodes={state.name: verdict},
+                    )
+            unique = None if names is None else list(dict.fromkeys(names))
+            return self._explain(request, ask, unique)
+
+    def _first_fit(
+        self, ask: Ask, names: Collection[str] | None
+    ) -> tuple[NodeState, Outcome] | None:
+        room = self._room(ask.namespace)
+        model_ok: dict[frozenset[str], bool] = {}
+        filtered = bool(ask.types or ask.types_exclude)
+        nodes = self._nodes
+        for name in self._ranking.walk(ask.node_policy, names, ask.need_idle):
+            state = nodes[name]
+            if quick_reject(state, ask):
+                continue
+            if filtered:
+                ok = model_ok.get(state.models)
+                if ok is None:
+                    ok = model_ok[state.models] = types_match(ask, state.models)
+                if not ok:
+                    continue
+            outcome = evaluate(state, ask, room)
+            if outcome.fits:
+                return state, outcome
+        return None
+
+    def _explain(self, request: PodRequest, ask: Ask, names: list[str] | None) -> Decision:
+        room = self._room(ask.namespace)
+        verdicts: dict[str, NodeVerdict] = {}
+        best: tuple[NodeState, Outcome] | None = None
+        order = {name: rank for rank, name in enumerate(self._ranking.walk(ask.node_policy))}
+        for name in sorted(self._nodes) if names is None else names:
+            state = self._nodes.get(name)
+            if state is None:
+                verdicts[name] = NodeVerdict(fits=False, reasons={"too_few_gpus": 1})
+                continue
+            outcome = evaluate(state, ask, room)
+            score = node_score(state, ask.node_policy) if outcome.fits else None
+            reasons = {code: outcome.reasons[code] for code in REASONS if code in outcome.reasons}
+            verdicts[name] = NodeVerdict(fits=outcome.fits, score=score, reasons=reasons)
+            if outcome.fits and (best is None or order[name] < order[best[0].name]):
+                best = (state, outcome)
+        if best is None:
+            return Decision(nodes=verdicts)
+        chosen = best[0].name
+        return Decision(
+            node=chosen, allocation=_allocation(chosen, request, best[1]), nodes=verdicts
+        )
+
+    def _room(self, namespace: str) -> tuple[int, int, int] | None:
+        quota = self._quotas.get(namespace)
+        if quota is None:
+            return None
+        used = self._namespace_used.get(namespace, [0, 0, 0])
+        limits, base = quota.limits, quota.used
+        unlimited = 1 << 62
+        return (
+            _left(limits.memory_mib, base.memory_mib + used[0], unlimited),
+            _left(limits.cores, base.cores + used[1], unlimited),
+            _left(limits.gpus, base.gpus + used[2], unlimited),
+        )
+
+    def _evaluate(self, state: NodeState, ask: Ask) -> Outcome:
+        return evaluate(state, ask, self._room(ask.namespace))
+
+    # ----- reading ----------------------------------------------------------------------
+    def allocation(self, pod_uid: str) -> Allocation | None:
+        with self._lock:
+            record = self._pods.get(pod_uid)
+            return record.allocation if record else None
+
+    def pod_uids(self) -> list[str]:
+        with self._lock:
+            return sorted(self._pods)
+
+    def node_names(self) -> list[str]:
+        with self._lock:
+            return sorted(self._nodes)
+
+    def gpu_usage(self, node: str) -> dict[str, GpuUsage]:
+        """Usage per GPU UUID of a node (base usage plus recorded allocations)."""
+        with self._lock:
+            state = self._nodes.get(node)
+            if state is None:
+                return {}
+            return {
+                gpu.uuid: GpuUsage(
+                    slots=gpu.used_slots, memory_mib=gpu.used_memory, cores=gpu.used_cores
+                )
+                for gpu in state.gpus
+            }
+
+    def namespace_usage(self, namespace: str) -> QuotaUsage:
+        """What recorded allocations of the namespace take (quota ``used`` not included)."""
+        with self._lock:
+            used = self._namespace_used.get(namespace, [0, 0, 0])
+            return QuotaUsage(memory_mib=used[0], cores=used[1], gpus=used[2])
+
+    # ----- internals (lock held) ---------------------------------------------------------
+    def _remember(self, uid: str, record: _Record) -> None:
+        self._pods[uid] = record
+        node = record.allocation.node
+        self._by_node.setdefault(node, set()).add(uid)
+        self._count_namespace(record, 1)
+        state = self._nodes.get(node)
+        if state is not None:
+            self._apply_charges(state, record, 1)
+            state.refresh()
+            self._index(state)
+
+    def _forget(self, uid: str) -> _Record | None:
+        record = self._pods.pop(uid, None)
+        if record is None:
+            return None
+        node = record.allocation.node
+        uids = self._by_node.get(node)
+        if uids is not None:
+            uids.discard(uid)
+            if not uids:
+                del self._by_node[node]
+        self._count_namespace(record, -1)
+        state = self._nodes.get(node)
+        if state is not None:
+            self._apply_charges(state, record, -1)
+            state.refresh()
+            self._index(state)
+        return record
+
+    def _count_namespace(self, record: _Record, sign: int) -> None:
+        used = self._namespace_used.setdefault(record.namespace, [0, 0, 0])
+        for i, amount in enumerate(record.totals):
+            used[i] += sign * amount
+        if not any(used):
+            del self._namespace_used[record.namespace]
+
+    @staticmethod
+    def _apply_charges(state: NodeState, record: _Record, sign: int) -> None:
+        for uuid, usage in record.charges.items():
+            gpu = state.by_uuid.get(uuid)
+            if gpu is not None:
+                apply_usage(gpu, usage, sign)
+
+    def _index(self, state: NodeState) -> None:
+        """Re-rank a node after its usage changed (replaces its previous rank)."""
+        self._ranking.put(state.name, state.load, state.idle_gpus)
+
+    def _unindex(self, name: str) -> None:
+        self._ranking.remove(name)
+
+    def _commit_reasons(self, record: _Record) -> dict[str, int]:
+        """Why the record cannot be added now (empty when it fits)."""
+        state = self._nodes.get(record.allocation.node)
+        if state is None:
+            return {"too_few_gpus": 1}
+        reasons: dict[str, int] = {}
+        for uuid, usage in record.charges.items():
+            gpu = state.by_uuid.get(uuid)
+            reason = "too_few_gpus" if gpu is None else _charge_reason(gpu, usage, record, uuid)
+            if reason is not None:
+                reasons[reason] = reasons.get(reason, 0) + 1
+        if not reasons and not self._quota_allows(record):
+            reasons["quota_exceeded"] = 1
+        return reasons
+
+    def _quota_allows(self, record: _Record) -> bool:
+        room = self._room(record.namespace)
+        if room is None:
+            return True
+        return all(amount <= left for amount, left in zip(record.totals, room, strict=True))
+
+
+def _left(limit: int | None, used: int, unlimited: int) -> int:
+    return unlimited if limit is None else limit - used
+
+
+def _charge_reason(gpu: GpuState, usage: GpuUsage, record: _Record, uuid: str) -> str | None:
+    """The capacity check of one GPU for a whole charge, in the engine's reason order."""
+    if not gpu.healthy:
+        return "unhealthy"
+    if gpu.cordoned:
+        return "cordoned"
+    if gpu.used_slots + usage.slots > gpu.slots:
+        return "slots_exhausted"
+    busy = gpu.used_slots > 0 or gpu.used_memory > 0 or gpu.used_cores > 0
+    if gpu.used_memory + usage.memory_mib > gpu.memory:
+        return "insufficient_memory"
+    if gpu.used_cores + usage.cores > gpu.cores:
+        return "insufficient_cores"
+    if uuid in record.exclusive and busy:
+        return "exclusive_conflict"
+    if uuid in record.zero_cores and gpu.used_cores >= gpu.cores:
+        return "cores_exhausted"
+    return None
+
+
+def _allocation(node: str, request: PodRequest, outcome: Outcome) -> Allocation:
+    """The pydantic allocation of an outcome, containers in the pod's order."""
+    containers = []
+    for position, container in enumerate(request.containers):
+        grants = [
+            GpuGrant(uuid=gpu.uuid, index=gpu.index, memory_mib=memory, cores=container.cores)
+            for gpu, memory in outcome.grants.get(position, [])
+        ]
+        containers.append(
+            ContainerAllocation(name=container.name, init=container.init, gpus=grants)
+        )
+    return Allocation(node=node, containers=containers)

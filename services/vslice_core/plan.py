@@ -1,0 +1,108 @@
+"""What-if placement: the exact object ``vslice plan --json`` prints (DESIGN.md).
+
+The pod goes through the webhook's normalization (:func:`vslice_core.requests.pod_request`)
+and the extender's engine (:meth:`vslice_core.ledger.Ledger.decide`, explain mode), so the
+answer is the one the cluster would give.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from vslice_core.cluster import Cluster, build_ledger
+from vslice_core.errors import InvalidRequest
+from vslice_core.model import REASONS, Decision, NodeVerdict
+from vslice_core.requests import pod_request
+from vslice_core.resources import DEFAULT_RESOURCE_NAMES, ResourceNames
+
+_WORKLOADS_WITH_TEMPLATE = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job")
+
+
+def pod_manifest(data: Any) -> Mapping[str, Any]:
+    """The Pod in a manifest; a workload (Deployment, Job, ...) yields its pod template."""
+    if not isinstance(data, Mapping):
+        raise InvalidRequest(
+            f"pod must be a Pod manifest (a mapping), got {type(data).__name__}",
+            field="pod",
+            value=data,
+        )
+    kind = data.get("kind", "Pod")
+    if kind == "Pod":
+        return data
+    spec = data.get("spec")
+    template = spec.get("template") if isinstance(spec, Mapping) else None
+    if kind in _WORKLOADS_WITH_TEMPLATE and isinstance(template, Mapping):
+        metadata = dict(template.get("metadata") or {})
+        outer = data.get("metadata")
+        if isinstance(outer, Mapping):
+            metadata.setdefault("namespace", outer.get("namespace"))
+            metadata.setdefault("name", outer.get("name"))
+        return {**template, "kind": "Pod", "metadata": metadata}
+    choices = ", ".join(("Pod", *_WORKLOADS_WITH_TEMPLATE))
+    raise InvalidRequest(f"kind must be one of {choices}, got {kind!r}", field="kind", value=kind)
+
+
+def plan(
+    cluster: Cluster, manifest: Any, names: ResourceNames = DEFAULT_RESOURCE_NAMES
+) -> dict[str, Any]:
+    """Where the pod would go in this cluster, and why each node can or cannot take it."""
+    request = pod_request(pod_manifest(manifest), names)
+    if not request.containers:
+        managed = ", ".join(names.managed())
+        raise InvalidRequest(
+            f"spec.containers must request a GPU ({managed}) in at least one container, got none",
+            field="spec.containers",
+            value=None,
+        )
+    ledger = build_ledger(cluster)
+    decision = ledger.decide(request, [node.name for node in cluster.nodes], explain=True)
+    return plan_json(decision)
+
+
+def _reasons(verdict: NodeVerdict) -> dict[str, int]:
+    return {code: verdict.reasons[code] for code in REASONS if code in verdict.reasons}
+
+
+def plan_json(decision: Decision) -> dict[str, Any]:
+    """The DESIGN.md JSON object of a decision."""
+    containers = []
+    if decision.allocation is not None:
+        containers = [
+            {
+                "name": container.name,
+                "gpus": [
+                    {"uuid": g.uuid, "memory_mib": g.memory_mib, "cores": g.cores}
+                    for g in container.gpus
+                ],
+            }
+            for container in decision.allocation.containers
+        ]
+    nodes = {
+        name: {"fits": verdict.fits, "score": verdict.score, "reasons": _reasons(verdict)}
+        for name, verdict in decision.nodes.items()
+    }
+    return {"fits": decision.fits, "node": decision.node, "containers": containers, "nodes": nodes}
+
+
+def render_plan(result: Mapping[str, Any]) -> str:
+    """The human-readable form of :func:`plan`'s result."""
+    lines = []
+    if result["fits"]:
+        lines.append(f"fits on {result['node']}")
+        for container in result["containers"]:
+            gpus = ", ".join(
+                f"{g['uuid']} ({g['memory_mib']} MiB, {g['cores']}% cores)"
+                for g in container["gpus"]
+            )
+            lines.append(f"  {container['name']}: {gpus}")
+    else:
+        lines.append("does not fit on any node")
+    width = max((len(name) for name in result["nodes"]), default=4)
+    for name, verdict in result["nodes"].items():
+        if verdict["fits"]:
+            detail = f"fits   score {verdict['score']}"
+        else:
+            detail = "no     " + ", ".join(f"{k}={v}" for k, v in verdict["reasons"].items())
+        lines.append(f"  {name.ljust(width)}  {detail}")
+    return "\n".join(lines)

@@ -1,0 +1,324 @@
+"""From a Pod manifest to a normalized :class:`PodRequest`: the webhook's rules, in one place.
+
+Rules (DESIGN.md), applied per container:
+
+* limits are read first; a managed resource given only under ``requests`` is copied to limits;
+* a container naming memory, percent or cores without a GPU count gets ``gpus: 1``;
+* neither memory nor percent means the whole GPU (``memory_percent = 100``) and, without a
+  cores value, exclusivity (``cores: 100``); memory without cores means ``cores: 0``;
+* init containers keep ``init=True`` (their usage is collapsed per GPU, see the ledger);
+  sidecars (``restartPolicy: Always``) run beside the app containers and count as such, and a
+  pod with a GPU sidecar has all its GPU init containers counted as app containers so that a
+  sidecar and an init container running together are never under-counted.
+
+:func:`normalize_pod` returns the request and the limit changes the webhook patches in, so the
+kubelet, the device plugin and the extender all see the same numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from vslice_core import annotations as keys
+from vslice_core.errors import InvalidRequest
+from vslice_core.model import GPU_POLICIES, NODE_POLICIES, ContainerRequest, PodRequest
+from vslice_core.quantities import to_count, to_mib
+from vslice_core.resources import DEFAULT_RESOURCE_NAMES, ResourceNames
+
+
+class LimitChange(BaseModel):
+    """One limit the webhook must set on a container."""
+
+    model_config = ConfigDict(frozen=True)
+
+    container: str
+    init: bool
+    index: int
+    resource: str
+    value: str
+
+    @property
+    def path(self) -> str:
+        """JSON-Patch path of the limit (``/`` in the resource name escaped as ``~1``)."""
+        kind = "initContainers" if self.init else "containers"
+        name = self.resource.replace("~", "~0").replace("/", "~1")
+        return f"/spec/{kind}/{self.index}/resources/limits/{name}"
+
+
+class NormalizedPod(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    request: PodRequest
+    changes: list[LimitChange]
+
+
+def _invalid(field: str, expectation: str, value: object) -> InvalidRequest:
+    return InvalidRequest(f"{field} must be {expectation}, got {value}", field=field, value=value)
+
+
+def _mapping(value: object, field: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise _invalid(field, "a mapping", repr(value))
+    return value
+
+
+class _Container:
+    """Reads one container's resources and remembers what the webhook must patch."""
+
+    def __init__(self, spec: Mapping[str, Any], index: int, init: bool, field: str) -> None:
+        name = spec.get("name")
+        if not isinstance(name, str) or not name:
+            raise _invalid(f"{field}.name", "a non-empty string", repr(name))
+        resources = _mapping(spec.get("resources"), f"{field}.resources")
+        self.limits = _mapping(resources.get("limits"), f"{field}.resources.limits")
+        self.requests = _mapping(resources.get("requests"), f"{field}.resources.requests")
+        self.name, self.index, self.init = name, index, init
+        self.changes: list[LimitChange] = []
+
+    def read(self, resource: str) -> object | None:
+        value: object | None = None
+        if resource in self.limits:
+            value = self.limits[resource]
+        elif resource in self.requests:
+            value = self.requests[resource]
+            self.change(resource, str(value))
+        return value
+
+    def change(self, resource: str, value: str) -> None:
+        self.changes.append(
+            LimitChange(
+                container=self.name,
+                init=self.init,
+                index=self.index,
+                resource=resource,
+                value=value,
+            )
+        )
+
+
+def _container_request(
+    container: _Container, names: ResourceNames, init: bool
+) -> ContainerRequest | None:
+    raw_gpus = container.read(names.gpu)
+    raw_memory = container.read(names.memory)
+    raw_percent = container.read(names.memory_percent)
+    raw_cores = container.read(names.cores)
+    shares = (raw_memory, raw_percent, raw_cores)
+    if raw_gpus is None and all(value is None for value in shares):
+        return None
+    gpus = 1 if raw_gpus is None else to_count(raw_gpus, names.gpu)
+    if raw_gpus is None:
+        container.change(names.gpu, "1")
+    if gpus == 0:
+        given = next(
+            (n for n, v in zip(names.managed()[1:], shares, strict=True) if v is not None), None
+        )
+        if given is None:
+            return None
+        raise _invalid(names.gpu, f"at least 1 when {given} is set", 0)
+    memory = _memory(raw_memory, names)
+    percent = _percent(raw_percent, names)
+    if memory is not None and percent is not None:
+        raise _invalid(names.memory_percent, f"unset when {names.memory} is set", percent)
+    cores = None if raw_cores is None else _cores(raw_cores, names)
+    if memory is None and percent is None:
+        percent = 100
+        if cores is None:
+            cores = 100
+            container.change(names.cores, "100")
+    return ContainerRequest(
+        name=container.name,
+        init=init,
+        gpus=gpus,
+        memory_mib=memory,
+        memory_percent=percent,
+        cores=0 if cores is None else cores,
+    )
+
+
+def _memory(raw: object | None, names: ResourceNames) -> int | None:
+    if raw is None:
+        return None
+    memory = to_mib(raw, names.memory)
+    if memory < 1:
+        raise _invalid(names.memory, "at least 1 MiB", raw)
+    return memory
+
+
+def _percent(raw: object | None, names: ResourceNames) -> int | None:
+    if raw is None:
+        return None
+    percent = to_count(raw, names.memory_percent)
+    if not 1 <= percent <= 100:
+        raise _invalid(names.memory_percent, "1..100", percent)
+    return percent
+
+
+def _cores(raw: object, names: ResourceNames) -> int:
+    cores = to_count(raw, names.cores)
+    if cores > 100:
+        raise _invalid(names.cores, "0..100", cores)
+    return cores
+
+
+def _annotation(annotations: Mapping[str, Any], key: str) -> tuple[str, str] | None:
+    """The value of a user annotation under its vslice key, else its HAMi alias."""
+    for name in (key, keys.HAMI_ALIASES[key]):
+        if name in annotations:
+            value = annotations[name]
+            if not isinstance(value, str):
+                raise _invalid(name, "a string", repr(value))
+            return name, value
+    return None
+
+
+def _listed(annotations: Mapping[str, Any], key: str) -> list[str]:
+    found = _annotation(annotations, key)
+    if found is None:
+        return []
+    return [item.strip() for item in found[1].split(",") if item.strip()]
+
+
+def _choice(annotations: Mapping[str, Any], key: str, choices: Sequence[str], default: str) -> str:
+    found = _annotation(annotations, key)
+    if found is None:
+        return default
+    name, value = found
+    if value.strip().lower() not in choices:
+        raise _invalid(name, f"one of {', '.join(choices)}", repr(value))
+    return value.strip().lower()
+
+
+def _selectors(annotations: Mapping[str, Any]) -> dict[str, Any]:
+    numa = _choice(annotations, keys.NUMA_BIND, ("true", "false"), "false")
+    return {
+        "gpu_types": _listed(annotations, keys.GPU_TYPE),
+        "gpu_types_exclude": _listed(annotations, keys.GPU_TYPE_EXCLUDE),
+        "gpu_uuids": _listed(annotations, keys.GPU_UUID),
+        "gpu_uuids_exclude": _listed(annotations, keys.GPU_UUID_EXCLUDE),
+        "numa_bind": numa == "true",
+        "node_policy": _choice(annotations, keys.NODE_POLICY, NODE_POLICIES, "binpack"),
+        "gpu_policy": _choice(annotations, keys.GPU_POLICY, GPU_POLICIES, "spread"),
+    }
+
+
+def _containers(spec: Mapping[str, Any], kind: str) -> list[Mapping[str, Any]]:
+    items = spec.get(kind)
+    if items is None:
+        return []
+    if not isinstance(items, list):
+        raise _invalid(f"spec.{kind}", "a list", repr(items))
+    for position, item in enumerate(items):
+        if not isinstance(item, Mapping):
+            raise _invalid(f"spec.{kind}[{position}]", "a mapping", repr(item))
+    return items
+
+
+def _is_sidecar(spec: Mapping[str, Any]) -> bool:
+    return spec.get("restartPolicy") == "Always"
+
+
+def _requests(
+    spec: Mapping[str, Any], names: ResourceNames
+) -> tuple[list[ContainerRequest], list[LimitChange]]:
+    inits = _containers(spec, "initContainers")
+    apps = _containers(spec, "containers")
+    parsed: list[tuple[_Container, ContainerRequest | None, bool]] = []
+    for kind, items in (("initContainers", inits), ("containers", apps)):
+        for position, item in enumerate(items):
+            init = kind == "initContainers"
+            container = _Container(item, position, init, f"spec.{kind}[{position}]")
+            as_init = init and not _is_sidecar(item)
+            parsed.append((container, _container_request(container, names, as_init), as_init))
+    requests = [request for _, request, _ in parsed if request is not None]
+    sidecar_gpus = any(
+        request is not None and container.init and not as_init
+        for container, request, as_init in parsed
+    )
+    if sidecar_gpus:
+        requests = [request.model_copy(update={"init": False}) for request in requests]
+    changes = [change for container, _, _ in parsed for change in container.changes]
+    return requests, changes
+
+
+def normalize_pod(
+    manifest: Mapping[str, Any], names: ResourceNames = DEFAULT_RESOURCE_NAMES
+) -> NormalizedPod:
+    """The pod's normalized GPU request and the limit changes that make the pod say the same."""
+    if not isinstance(manifest, Mapping):
+        raise _invalid("pod", "a mapping (a Pod manifest)", repr(manifest))
+    metadata = _mapping(manifest.get("metadata"), "metadata")
+    spec = _mapping(manifest.get("spec"), "spec")
+    annotations = _mapping(metadata.get("annotations"), "metadata.annotations")
+    containers, changes = _requests(spec, names)
+    request = PodRequest(
+        name=str(metadata.get("name") or metadata.get("generateName") or ""),
+        namespace=str(metadata.get("namespace") or "default"),
+        uid=str(metadata.get("uid") or ""),
+        containers=containers,
+        priority=_priority(spec, names),
+        **_selectors(annotations),
+    )
+    return NormalizedPod(request=request, changes=changes)
+
+
+def _priority(spec: Mapping[str, Any], names: ResourceNames) -> int | None:
+    for item in _containers(spec, "containers"):
+        resources = _mapping(item.get("resources"), "resources")
+        limits = _mapping(resources.get("limits"), "resources.limits")
+        if names.priority in limits:
+            return to_count(limits[names.priority], names.priority)
+    return None
+
+
+def pod_request(
+    manifest: Mapping[str, Any], names: ResourceNames = DEFAULT_RESOURCE_NAMES
+) -> PodRequest:
+    return normalize_pod(manifest, names).request
+
+
+def uses_gpus(manifest: Mapping[str, Any], names: ResourceNames = DEFAULT_RESOURCE_NAMES) -> bool:
+    """Whether any container or init container mentions a managed resource (no validation)."""
+    spec = manifest.get("spec") if isinstance(manifest, Mapping) else None
+    if not isinstance(spec, Mapping):
+        return False
+    managed = set(names.managed())
+    for kind in ("initContainers", "containers"):
+        items = spec.get(kind)
+        for item in items if isinstance(items, list) else []:
+            resources = item.get("resources") if isinstance(item, Mapping) else None
+            if not isinstance(resources, Mapping):
+                continue
+            for part in ("limits", "requests"):
+                section = resources.get(part)
+                if isinstance(section, Mapping) and managed & set(section):
+                    return True
+    return False
+
+
+def limit_patch(
+    manifest: Mapping[str, Any], changes: Sequence[LimitChange]
+) -> list[dict[str, Any]]:
+    """JSON-Patch operations applying ``changes``, creating ``resources``/``limits`` if absent."""
+    spec = _mapping(manifest.get("spec"), "spec")
+    created: set[str] = set()
+    operations: list[dict[str, Any]] = []
+    for change in changes:
+        kind = "initContainers" if change.init else "containers"
+        container = _containers(spec, kind)[change.index]
+        resources = container.get("resources")
+        base = f"/spec/{kind}/{change.index}/resources"
+        if not isinstance(resources, Mapping) and base not in created:
+            operations.append({"op": "add", "path": base, "value": {}})
+            created.add(base)
+        has_limits = isinstance(resources, Mapping) and isinstance(resources.get("limits"), Mapping)
+        if not has_limits and f"{base}/limits" not in created:
+            operations.append({"op": "add", "path": f"{base}/limits", "value": {}})
+            created.add(f"{base}/limits")
+        operations.append({"op": "add", "path": change.path, "value": change.value})
+    return operations

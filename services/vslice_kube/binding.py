@@ -1,0 +1,43 @@
+"""The calls a bind makes beyond :class:`vslice_kube.nodestate.NodeState`: read the pod now,
+and create its Binding.
+
+Both return or take plain dicts; failures arrive as :class:`vslice_core.errors.ClusterError`
+with the server's Status code (404: the pod is gone, 409: it is already bound).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, cast
+
+from kubernetes import client as k8s
+
+from vslice_kube.apierrors import translated
+
+__all__ = ["bind_pod", "read_pod"]
+
+REQUEST_TIMEOUT_S = 10.0
+
+
+def read_pod(api: k8s.CoreV1Api, namespace: str, name: str) -> dict[str, Any]:
+    with translated(f"read pod {namespace}/{name}"):
+        response: Any = api.read_namespaced_pod(
+            name, namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S
+        )
+    pod: dict[str, Any] = json.loads(response.data)
+    return pod
+
+
+def bind_pod(api: k8s.CoreV1Api, namespace: str, name: str, uid: str, node: str) -> None:
+    """Create the pod's Binding to ``node``; the uid makes a same-named newer pod answer 409."""
+    body = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": name, "namespace": namespace, "uid": uid},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+    }
+    with translated(f"bind pod {namespace}/{name} to {node}"):
+        # The client's Binding model cannot parse the server's answer; leave it undecoded.
+        api.create_namespaced_binding(
+            namespace, cast(Any, body), _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S
+        )

@@ -1,0 +1,217 @@
+"""The Kubernetes calls the SDK makes: workloads (Pods, Jobs), their logs, nodes and pods.
+
+:class:`Workloads` takes an ``ApiClient`` and returns plain dicts as the API sent them
+(camelCase keys, annotations as strings), so the SDK never sees the client's model classes.
+Every call has a request timeout; failures arrive as :class:`vslice_core.errors.ClusterError`
+with the server's parsed Status kept (``.status``, ``.code``), raised ``from`` the client's
+exception.
+
+The SDK looks up the connection in the order kubectl uses (a kubeconfig wins over the
+in-cluster service account, see :func:`sdk_kubeconfig`); the services keep the order of
+:mod:`vslice_kube.client`, where the in-cluster account wins.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from vslice_core.errors import ClusterError
+
+from vslice_kube.apierrors import translated
+from vslice_kube.client import api_client
+
+__all__ = ["IN_CLUSTER_NAMESPACE", "Workloads", "sdk_kubeconfig"]
+
+IN_CLUSTER_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+REQUEST_TIMEOUT_S = 30.0
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+
+
+def sdk_kubeconfig(explicit: str | os.PathLike[str] | None = None) -> Path | None:
+    """The kubeconfig the SDK uses, or None for the in-cluster service account.
+
+    Order: ``explicit``; the first existing file of ``$KUBECONFIG``; ``~/.kube/config``;
+    otherwise the in-cluster account (:func:`vslice_kube.client.kubeconfig_path` raises a
+    ClusterError naming everything tried when that is missing too).
+    """
+    if explicit:
+        return Path(explicit).expanduser()
+    for entry in os.environ.get("KUBECONFIG", "").split(os.pathsep):
+        if entry and Path(entry).expanduser().is_file():
+            return Path(entry).expanduser()
+    default = Path.home() / ".kube" / "config"
+    return default if default.is_file() else None
+
+
+def default_namespace(kubeconfig: Path | None) -> str:
+    """The namespace of the kubeconfig's current context (or the pod's own), else default."""
+    if kubeconfig is None:
+        if IN_CLUSTER_NAMESPACE.is_file():
+            return IN_CLUSTER_NAMESPACE.read_text().strip() or "default"
+        return "default"
+    contexts: Any = k8s_config.list_kube_config_contexts  # untyped in the client package
+    try:
+        _, active = contexts(config_file=str(kubeconfig))
+    except (k8s_config.ConfigException, OSError, ValueError) as exc:
+        raise ClusterError(f"kubeconfig {str(kubeconfig)!r} cannot be read: {exc}") from exc
+    namespace = (active or {}).get("context", {}).get("namespace")
+    return str(namespace) if namespace else "default"
+
+
+def _body(response: Any) -> dict[str, Any]:
+    parsed: dict[str, Any] = json.loads(response.data)
+    return parsed
+
+
+class Workloads:
+    """Typed-enough calls on Pods, Jobs, Nodes and logs for one cluster."""
+
+    def __init__(self, api: k8s.ApiClient, *, timeout_s: float = REQUEST_TIMEOUT_S) -> None:
+        # Typed as Any: we send and read raw JSON (``_preload_content=False``), which the
+        # client's annotations (model classes in, model classes out) do not describe.
+        self.api_client: Any = api
+        self._core: Any = k8s.CoreV1Api(api)
+        self._batch: Any = k8s.BatchV1Api(api)
+        self._timeout = timeout_s
+
+    @classmethod
+    def connect(cls, kubeconfig: str | os.PathLike[str] | None = None) -> tuple[Workloads, str]:
+        """Connect in the SDK's lookup order; returns the calls and the default namespace."""
+        path = sdk_kubeconfig(kubeconfig)
+        client = api_client(path)
+        return cls(client), default_namespace(path)
+
+    def close(self) -> None:
+        self.api_client.close()
+
+    # --- reading ---------------------------------------------------------------------
+
+    def list_nodes(self) -> list[dict[str, Any]]:
+        with translated("list nodes"):
+            body = _body(
+                self._core.list_node(_preload_content=False, _request_timeout=self._timeout)
+            )
+        return list(body.get("items") or [])
+
+    def list_pods(
+        self, namespace: str | None = None, *, label_selector: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Pods of one namespace, or of all namespaces when ``namespace`` is None."""
+        options: dict[str, Any] = {"_preload_content": False, "_request_timeout": self._timeout}
+        if label_selector:
+            options["label_selector"] = label_selector
+        where = f"in {namespace}" if namespace else "in all namespaces"
+        with translated(f"list pods {where}"):
+            if namespace is None:
+                response = self._core.list_pod_for_all_namespaces(**options)
+            else:
+                response = self._core.list_namespaced_pod(namespace, **options)
+        return list(_body(response).get("items") or [])
+
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        with translated(f"get pod {namespace}/{name}"):
+            return _body(
+                self._core.read_namespaced_pod(
+                    name, namespace, _preload_content=False, _request_timeout=self._timeout
+                )
+            )
+
+    def get_job(self, namespace: str, name: str) -> dict[str, Any]:
+        with translated(f"get job {namespace}/{name}"):
+            return _body(
+                self._batch.read_namespaced_job(
+                    name, namespace, _preload_content=False, _request_timeout=self._timeout
+                )
+            )
+
+    def job_pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
+        """The pods a Job created, oldest first."""
+        pods = self.list_pods(namespace, label_selector=f"{JOB_NAME_LABEL}={job}")
+        return sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp") or "")
+
+    def pod_events(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        """Events about one pod (scheduling failures explain themselves here)."""
+        selector = f"involvedObject.kind=Pod,involvedObject.name={name}"
+        with translated(f"list events of pod {namespace}/{name}"):
+            body = _body(
+                self._core.list_namespaced_event(
+                    namespace,
+                    field_selector=selector,
+                    _preload_content=False,
+                    _request_timeout=self._timeout,
+                )
+            )
+        return list(body.get("items") or [])
+
+    def logs(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        container: str | None = None,
+        tail_lines: int | None = None,
+    ) -> str:
+        options: dict[str, Any] = {"_preload_content": False, "_request_timeout": self._timeout}
+        if container:
+            options["container"] = container
+        if tail_lines is not None:
+            options["tail_lines"] = tail_lines
+        with translated(f"read logs of pod {namespace}/{name}"):
+            response = self._core.read_namespaced_pod_log(name, namespace, **options)
+        data: bytes = response.data
+        return data.decode("utf-8", errors="replace")
+
+    # --- writing ---------------------------------------------------------------------
+
+    def create_pod(self, namespace: str, manifest: dict[str, Any]) -> dict[str, Any]:
+        with translated(f"create pod in {namespace}"):
+            return _body(
+                self._core.create_namespaced_pod(
+                    namespace, manifest, _preload_content=False, _request_timeout=self._timeout
+                )
+            )
+
+    def create_job(self, namespace: str, manifest: dict[str, Any]) -> dict[str, Any]:
+        with translated(f"create job in {namespace}"):
+            return _body(
+                self._batch.create_namespaced_job(
+                    namespace, manifest, _preload_content=False, _request_timeout=self._timeout
+                )
+            )
+
+    def delete_pod(self, namespace: str, name: str, *, grace_period_s: int | None = None) -> bool:
+        """Delete a pod; False when it was already gone."""
+        body: dict[str, Any] = {}
+        if grace_period_s is not None:
+            body["gracePeriodSeconds"] = grace_period_s
+        return self._gone_ok(
+            f"delete pod {namespace}/{name}",
+            lambda: self._core.delete_namespaced_pod(
+                name, namespace, body=body, _preload_content=False, _request_timeout=self._timeout
+            ),
+        )
+
+    def delete_job(self, namespace: str, name: str) -> bool:
+        """Delete a Job and (in the background) its pods; False when it was already gone."""
+        body = {"propagationPolicy": "Background"}
+        return self._gone_ok(
+            f"delete job {namespace}/{name}",
+            lambda: self._batch.delete_namespaced_job(
+                name, namespace, body=body, _preload_content=False, _request_timeout=self._timeout
+            ),
+        )
+
+    def _gone_ok(self, what: str, call: Any) -> bool:
+        try:
+            with translated(what):
+                call()
+        except ClusterError as exc:
+            if exc.code == 404:
+                return False
+            raise
+        return True

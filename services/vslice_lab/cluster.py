@@ -1,0 +1,102 @@
+"""What the lab does through the API once the control plane answers: register the webhook,
+create the simulated nodes and wait until kwok reports them Ready."""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from vslice_core.errors import Timeout
+from vslice_kube.client import api_client
+from vslice_kube.nodes import apply_node, ready_node_names
+from vslice_kube.webhooks import apply_mutating_webhook
+
+from vslice_lab.inventory import SIMULATED_LABEL, SimulatedNode
+
+WEBHOOK_CONFIGURATION = "vslice-webhook"
+WEBHOOK_OPT_OUT_LABEL = "vslice.io/webhook"
+"""Label a namespace ``vslice.io/webhook: disabled`` to keep the webhook out of it."""
+
+
+def webhook_configuration(url: str, ca_pem: bytes) -> dict[str, Any]:
+    """The MutatingWebhookConfiguration for the vslice webhook served at ``url``."""
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": WEBHOOK_CONFIGURATION},
+        "webhooks": [
+            {
+                "name": "pods.vslice.io",
+                "clientConfig": {"url": url, "caBundle": base64.b64encode(ca_pem).decode()},
+                "rules": [
+                    {
+                        "operations": ["CREATE"],
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "resources": ["pods"],
+                        "scope": "Namespaced",
+                    }
+                ],
+                "failurePolicy": "Fail",
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+                "timeoutSeconds": 10,
+                "namespaceSelector": {
+                    "matchExpressions": [
+                        {
+                            "key": "kubernetes.io/metadata.name",
+                            "operator": "NotIn",
+                            "values": ["kube-system"],
+                        },
+                        {"key": WEBHOOK_OPT_OUT_LABEL, "operator": "NotIn", "values": ["disabled"]},
+                    ]
+                },
+            }
+        ],
+    }
+
+
+class LabCluster:
+    """The lab's own API client (admin) and the few things ``up`` does with it."""
+
+    def __init__(self, kubeconfig: Path) -> None:
+        self._client = api_client(kubeconfig, pool_size=16)
+
+    def register_webhook(self, url: str, ca: Path) -> None:
+        apply_mutating_webhook(self._client, webhook_configuration(url, ca.read_bytes()))
+
+    def create_nodes(
+        self, nodes: Sequence[SimulatedNode], extra_resources: Mapping[str, str] | None = None
+    ) -> list[str]:
+        """Create (or update) the nodes, 16 at a time; returns their names."""
+        manifests = []
+        for node in nodes:
+            manifest = node.manifest()
+            for section in ("capacity", "allocatable"):
+                manifest["status"][section].update(extra_resources or {})
+            manifests.append(manifest)
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            list(pool.map(lambda body: apply_node(self._client, body), manifests))
+        return [node.name for node in nodes]
+
+    def wait_nodes_ready(self, names: Sequence[str], timeout: float) -> None:
+        """Wait until kwok reports every node Ready; Timeout lists the ones that are not."""
+        deadline = time.monotonic() + timeout
+        missing = set(names)
+        while time.monotonic() < deadline:
+            missing = set(names) - ready_node_names(self._client, f"{SIMULATED_LABEL}=true")
+            if not missing:
+                return
+            time.sleep(0.5)
+        shown = ", ".join(sorted(missing)[:5])
+        raise Timeout(
+            f"kwok did not make {len(missing)} simulated node(s) Ready "
+            f"within {timeout:.0f}s: {shown}"
+        )
+
+    def close(self) -> None:
+        self._client.close()  # type: ignore[no-untyped-call]

@@ -1,0 +1,95 @@
+"""Configuration files the lab writes: kubeconfigs, the scheduler's configuration, service settings.
+
+The KubeSchedulerConfiguration runs two profiles, ``default-scheduler`` and
+``vslice-scheduler``, and (when an extender URL is given) registers the vslice extender for
+both: filter + bind, ``nodeCacheCapable`` (node names only, the extender keeps its own node
+cache), and the vslice resource names as managed resources. Only ``nvidia.com/gpu`` is left to
+kube-scheduler's own fit check too (each node advertises one device per GPU slot); memory,
+percentage and cores are ``ignoredByScheduler`` because no node advertises them.
+"""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any
+
+import yaml
+from vslice_core.resources import DEFAULT_RESOURCE_NAMES
+
+from vslice_lab.pki import KeyPair
+
+SCHEDULER_PROFILES = ("default-scheduler", "vslice-scheduler")
+
+
+def _b64(path: Path) -> str:
+    return base64.b64encode(path.read_bytes()).decode()
+
+
+def write_kubeconfig(path: Path, server: str, ca: Path, client: KeyPair, user: str) -> Path:
+    """A kubeconfig with the certificates embedded, so it can be copied anywhere."""
+    document = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "vslice-lab",
+                "cluster": {"server": server, "certificate-authority-data": _b64(ca)},
+            }
+        ],
+        "users": [
+            {
+                "name": user,
+                "user": {
+                    "client-certificate-data": _b64(client.cert),
+                    "client-key-data": _b64(client.key),
+                },
+            }
+        ],
+        "contexts": [{"name": "vslice-lab", "context": {"cluster": "vslice-lab", "user": user}}],
+        "current-context": "vslice-lab",
+    }
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    path.chmod(0o600)
+    return path
+
+
+def extender_entry(url: str) -> dict[str, Any]:
+    """The ``extenders`` item that sends GPU pods to the vslice extender at ``url``."""
+    names = DEFAULT_RESOURCE_NAMES
+    managed = [{"name": names.gpu, "ignoredByScheduler": False}]
+    managed += [
+        {"name": name, "ignoredByScheduler": True}
+        for name in (names.memory, names.memory_percent, names.cores)
+    ]
+    return {
+        "urlPrefix": url,
+        "filterVerb": "filter",
+        "bindVerb": "bind",
+        "nodeCacheCapable": True,
+        "enableHTTPS": False,
+        "httpTimeout": "10s",
+        "managedResources": managed,
+        "ignorable": False,
+    }
+
+
+def write_scheduler_config(path: Path, kubeconfig: Path, extender_url: str | None) -> Path:
+    """The KubeSchedulerConfiguration (see the module docstring)."""
+    document: dict[str, Any] = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {"kubeconfig": str(kubeconfig), "qps": 500, "burst": 1000},
+        "leaderElection": {"leaderElect": False},
+        "profiles": [{"schedulerName": name} for name in SCHEDULER_PROFILES],
+    }
+    if extender_url:
+        document["extenders"] = [extender_entry(extender_url)]
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
+
+
+def write_settings(path: Path, settings: dict[str, Any]) -> Path:
+    """A flat YAML settings file for ``vslice serve <service> --config``."""
+    path.write_text(yaml.safe_dump(settings, sort_keys=True))
+    return path

@@ -1,0 +1,49 @@
+"""Health probes: an HTTP(S) GET that says whether a component answers "ok".
+
+HTTPS probes trust only the lab's CA and, for the apiserver, present the admin client
+certificate. A probe never raises: it returns a short reason when the component is not healthy.
+"""
+
+from __future__ import annotations
+
+import http.client
+import ssl
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from vslice_lab.pki import KeyPair
+
+
+@dataclass(frozen=True)
+class Probe:
+    """Where and how to ask a component whether it is healthy."""
+
+    url: str
+    ca: Path | None = None
+    client: KeyPair | None = None
+
+    def _context(self) -> ssl.SSLContext | None:
+        if not self.url.startswith("https://"):
+            return None
+        context = ssl.create_default_context(cafile=str(self.ca) if self.ca else None)
+        if self.client is not None:
+            context.load_cert_chain(str(self.client.cert), str(self.client.key))
+        return context
+
+    def check(self, timeout: float = 2.0) -> str | None:
+        """None when healthy, else why not (connection refused, HTTP 500: ..., ...)."""
+        try:
+            with urllib.request.urlopen(
+                self.url, timeout=timeout, context=self._context()
+            ) as response:
+                body = response.read(200).decode(errors="replace")
+        except urllib.error.HTTPError as error:
+            return f"HTTP {error.code}: {error.read(200).decode(errors='replace').strip()}"
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as error:
+            reason = getattr(error, "reason", error)
+            return f"not answering ({reason})"
+        if "ok" in body or '"health":"true"' in body.replace(" ", ""):
+            return None
+        return f"unexpected answer {body.strip()[:80]!r}"

@@ -1,0 +1,428 @@
+"""``up``, ``down`` and ``status``: the code behind ``vslice lab`` and the e2e fixtures.
+
+``up`` either brings every component to healthy and creates the simulated nodes, or raises
+:class:`LabError` naming the component and its log after stopping everything it had started;
+it never leaves half a lab behind. A record in the state directory lists what runs (by pid and
+start time), so ``down`` stops exactly that, and an ``up`` after a crash first cleans up what
+the crashed lab left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from vslice_core.errors import InvalidRequest, VsliceError
+
+from vslice_lab import binaries as binaries_module
+from vslice_lab import components, configs, pki, processes, state
+from vslice_lab.cluster import LabCluster
+from vslice_lab.components import Certificates, Component
+from vslice_lab.health import Probe
+from vslice_lab.inventory import SimulatedNode, load_inventory
+from vslice_lab.layout import Layout
+from vslice_lab.ports import HOST, free_ports, in_use
+from vslice_lab.state import LabRecord
+from vslice_lab.versions import KUBERNETES_VERSION
+
+DEFAULT_STATE_DIR = Path(".lab")
+DEFAULT_INVENTORY = Path("inventory/lab/cluster.yaml")
+PORT_NAMES = (
+    "etcd",
+    "etcd-peer",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kwok",
+    "vslice-scheduler",
+    "vslice-webhook",
+)
+
+
+class LabError(VsliceError):
+    """``up`` failed; ``component`` and ``log`` say where to look."""
+
+    def __init__(self, message: str, *, component: str, log: Path | None = None) -> None:
+        super().__init__(message)
+        self.component = component
+        self.log = log
+
+
+@dataclass(frozen=True)
+class LabOptions:
+    """What ``up`` starts. Defaults give what ``vslice lab up`` gives a user."""
+
+    state_dir: Path = DEFAULT_STATE_DIR
+    inventory: Path | None = DEFAULT_INVENTORY
+    version: str = KUBERNETES_VERSION
+    bin_dirs: tuple[Path, ...] = ()
+    services: bool | None = None
+    """Start the vslice extender and webhook: True, False, or None = when they are installed."""
+    extender_url: str | None = None
+    """URL kube-scheduler calls for GPU pods; None = the lab's own extender (if started)."""
+    extra_node_resources: dict[str, str] = field(default_factory=dict)
+    """Extended resources added to every simulated node (the benchmark's plain resource)."""
+    ports: dict[str, int] = field(default_factory=dict)
+    """Fixed ports by component name (see PORT_NAMES); the rest are picked free."""
+    timeout: float = 120.0
+    """Seconds each component may take to become healthy."""
+    progress: Callable[[str], None] | None = None
+
+
+def services_installed() -> dict[str, bool]:
+    """Which vslice services this installation can run."""
+    return {
+        name: importlib.util.find_spec(f"vslice_services.{module}.main") is not None
+        for name, module in (("scheduler", "extender"), ("webhook", "webhook"))
+    }
+
+
+def up(options: LabOptions) -> LabRecord:
+    """Start a lab (see the module docstring); returns its record."""
+    layout = Layout.at(options.state_dir)
+    say = options.progress or (lambda _message: None)
+    previous = state.load(layout)
+    if previous is not None:
+        if all(processes.alive(p) for p in previous.processes) and previous.processes:
+            raise LabError(
+                f"a lab is already running in {layout.root} (API server {previous.server}); "
+                f"stop it first with `vslice lab down --state-dir {options.state_dir}`",
+                component="lab",
+            )
+        say("cleaning up a lab that did not stop cleanly")
+        _teardown(layout, previous)
+    nodes = load_inventory(options.inventory) if options.inventory else []
+    binaries = binaries_module.ensure(options.version, options.bin_dirs, quiet=False)
+    layout.prepare()
+    unknown = sorted(set(options.ports) - set(PORT_NAMES))
+    if unknown:
+        raise InvalidRequest(
+            f"ports: unknown component {unknown[0]!r}; choose from {', '.join(PORT_NAMES)}",
+            field="ports",
+            value=unknown[0],
+        )
+    record = LabRecord(version=options.version, ports={**free_ports(PORT_NAMES), **options.ports})
+    record.inventory = str(options.inventory.resolve()) if options.inventory else ""
+    try:
+        _start_all(layout, options, binaries, record, nodes, say)
+    except BaseException:
+        _teardown(layout, record)
+        raise
+    return record
+
+
+def _start_all(
+    layout: Layout,
+    options: LabOptions,
+    binaries: binaries_module.Binaries,
+    record: LabRecord,
+    nodes: Sequence[SimulatedNode],
+    say: Callable[[str], None],
+) -> None:
+    certs = prepare_pki(layout)
+    record.etcd_data = _etcd_data_dir()
+    state.save(layout, record)
+    ports = record.ports
+    server = f"https://{HOST}:{ports['kube-apiserver']}"
+    admin = configs.write_kubeconfig(layout.kubeconfig, server, certs.ca.cert, certs.admin, "admin")
+    _launch(
+        layout,
+        record,
+        say,
+        [components.etcd(binaries, Path(record.etcd_data), ports["etcd"], ports["etcd-peer"])],
+        options.timeout,
+    )
+    apiserver = components.kube_apiserver(
+        binaries, layout, certs, ports["kube-apiserver"], ports["etcd"]
+    )
+    _launch(layout, record, say, [apiserver], options.timeout)
+    group = _control_plane(layout, options, binaries, certs, record, server, admin)
+    _launch(layout, record, say, group, options.timeout)
+    cluster = LabCluster(admin)
+    if record.webhook:
+        say("registering the vslice webhook")
+        cluster.register_webhook(f"https://{HOST}:{ports['vslice-webhook']}/mutate", certs.ca.cert)
+    if nodes:
+        say(f"creating {len(nodes)} simulated GPU node(s)")
+        record.nodes = cluster.create_nodes(nodes, options.extra_node_resources)
+        state.save(layout, record)
+        cluster.wait_nodes_ready(record.nodes, options.timeout)
+
+
+def _control_plane(
+    layout: Layout,
+    options: LabOptions,
+    binaries: binaries_module.Binaries,
+    certs: Certificates,
+    record: LabRecord,
+    server: str,
+    admin: Path,
+) -> list[Component]:
+    ports = record.ports
+    installed = services_installed()
+    start_services = options.services if options.services is not None else all(installed.values())
+    if start_services and not all(installed.values()):
+        missing = ", ".join(name for name, ok in installed.items() if not ok)
+        raise LabError(
+            f"vslice services not installed: {missing}", component="vslice-" + missing.split(",")[0]
+        )
+    cm_config = configs.write_kubeconfig(
+        layout.config / "kube-controller-manager.kubeconfig",
+        server,
+        certs.ca.cert,
+        certs.controller_manager,
+        "system:kube-controller-manager",
+    )
+    sched_kubeconfig = configs.write_kubeconfig(
+        layout.config / "kube-scheduler.kubeconfig",
+        server,
+        certs.ca.cert,
+        certs.scheduler,
+        "system:kube-scheduler",
+    )
+    extender_url = options.extender_url
+    if extender_url is None and start_services:
+        extender_url = f"http://{HOST}:{ports['vslice-scheduler']}"
+    record.extender_url = extender_url or ""
+    sched_config = configs.write_scheduler_config(
+        layout.config / "kube-scheduler.yaml", sched_kubeconfig, extender_url
+    )
+    group = [
+        components.kube_controller_manager(
+            binaries, certs, cm_config, ports["kube-controller-manager"]
+        ),
+        components.kube_scheduler(
+            binaries, certs, sched_kubeconfig, sched_config, ports["kube-scheduler"]
+        ),
+        components.kwok(binaries, admin, ports["kwok"]),
+    ]
+    if start_services:
+        record.webhook = True
+        group += _services(layout, certs, admin, ports)
+    return group
+
+
+def _services(
+    layout: Layout, certs: Certificates, admin: Path, ports: dict[str, int]
+) -> list[Component]:
+    extender = configs.write_settings(
+        layout.extender_settings,
+        {"kubeconfig": str(admin), "listen": f"{HOST}:{ports['vslice-scheduler']}"},
+    )
+    webhook = configs.write_settings(
+        layout.webhook_settings,
+        {
+            "kubeconfig": str(admin),
+            "listen": f"{HOST}:{ports['vslice-webhook']}",
+            "tls_cert_file": str(certs.webhook.cert),
+            "tls_key_file": str(certs.webhook.key),
+            "scheduler_name": "vslice-scheduler",
+        },
+    )
+    extender_probe = Probe(f"http://{HOST}:{ports['vslice-scheduler']}/healthz")
+    webhook_probe = Probe(f"https://{HOST}:{ports['vslice-webhook']}/healthz", ca=certs.ca.cert)
+    return [
+        components.vslice_service("scheduler", extender, extender_probe, ports["vslice-scheduler"]),
+        components.vslice_service("webhook", webhook, webhook_probe, ports["vslice-webhook"]),
+    ]
+
+
+def prepare_pki(layout: Layout) -> Certificates:
+    """The lab's certificates (reused when the state directory already has them)."""
+    directory = layout.pki
+    ca = pki.ensure_ca(directory)
+    loopback = ("127.0.0.1", "localhost")
+    api_hosts = (
+        *loopback,
+        "10.0.0.1",
+        "kubernetes",
+        "kubernetes.default",
+        "kubernetes.default.svc",
+        "kubernetes.default.svc.cluster.local",
+    )
+    return Certificates(
+        ca=ca,
+        apiserver=pki.issue(
+            ca,
+            directory,
+            "kube-apiserver",
+            common_name="kube-apiserver",
+            hosts=api_hosts,
+            server=True,
+        ),
+        admin=pki.issue(
+            ca, directory, "admin", common_name="vslice-lab-admin", organization="system:masters"
+        ),
+        controller_manager=pki.issue(
+            ca,
+            directory,
+            "kube-controller-manager",
+            common_name="system:kube-controller-manager",
+            hosts=loopback,
+            server=True,
+        ),
+        scheduler=pki.issue(
+            ca,
+            directory,
+            "kube-scheduler",
+            common_name="system:kube-scheduler",
+            hosts=loopback,
+            server=True,
+        ),
+        webhook=pki.issue(
+            ca,
+            directory,
+            "vslice-webhook",
+            common_name="vslice-webhook",
+            hosts=loopback,
+            server=True,
+        ),
+        service_account=pki.ensure_signing_key(directory),
+    )
+
+
+def _etcd_data_dir() -> str:
+    shm = Path("/dev/shm")
+    parent = str(shm) if shm.is_dir() and shutil.disk_usage(shm).free > 1 << 30 else None
+    return tempfile.mkdtemp(prefix="vslice-lab-etcd-", dir=parent)
+
+
+def _launch(
+    layout: Layout,
+    record: LabRecord,
+    say: Callable[[str], None],
+    group: Sequence[Component],
+    timeout: float,
+) -> None:
+    """Start a group of components and wait until each is healthy (or raise LabError)."""
+    started: list[tuple[Component, processes.ProcessRecord]] = []
+    for component in group:
+        say(f"starting {component.name}")
+        log = layout.log(component.name)
+        if component.port and in_use(component.port):
+            raise LabError(
+                f"{component.name} cannot start: port {HOST}:{component.port} is already in use "
+                f"(log: {log})",
+                component=component.name,
+                log=log,
+            )
+        env = {**_base_env(), **component.env}
+        try:
+            process = processes.start(component.name, component.argv, log, env)
+        except OSError as error:
+            raise LabError(
+                f"{component.name} cannot start: {error} (log: {log})",
+                component=component.name,
+                log=log,
+            ) from error
+        record.processes.append(process)
+        state.save(layout, record)
+        started.append((component, process))
+    for component, process in started:
+        _wait_healthy(component, process, timeout)
+
+
+def _base_env() -> dict[str, str]:
+    return dict(os.environ)
+
+
+def _wait_healthy(component: Component, process: processes.ProcessRecord, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    reason: str | None = "not checked"
+    while time.monotonic() < deadline:
+        if not processes.alive(process):
+            raise LabError(
+                f"{component.name} exited during start; its log ({process.log}) ends with:\n"
+                f"{processes.tail(process.log)}",
+                component=component.name,
+                log=Path(process.log),
+            )
+        reason = component.probe.check()
+        if reason is None:
+            return
+        time.sleep(0.2)
+    raise LabError(
+        f"{component.name} did not become healthy within {timeout:.0f}s ({reason}); its log "
+        f"({process.log}) ends with:\n{processes.tail(process.log)}",
+        component=component.name,
+        log=Path(process.log),
+    )
+
+
+def _teardown(layout: Layout, record: LabRecord) -> list[str]:
+    """Stop every recorded process (last started first), drop etcd's data and the record."""
+    stopped = [p.name for p in reversed(record.processes) if processes.stop(p)]
+    if record.etcd_data:
+        with contextlib.suppress(OSError):
+            shutil.rmtree(record.etcd_data)
+    state.forget(layout)
+    return stopped
+
+
+def down(state_dir: Path = DEFAULT_STATE_DIR) -> list[str] | None:
+    """Stop the lab in ``state_dir``; the names of the components that were running, or None
+    when no lab is recorded there."""
+    layout = Layout.at(state_dir)
+    record = state.load(layout)
+    if record is None:
+        return None
+    return _teardown(layout, record)
+
+
+@dataclass(frozen=True)
+class ComponentStatus:
+    """One line of ``status``."""
+
+    name: str
+    pid: int
+    running: bool
+    problem: str | None
+
+    @property
+    def healthy(self) -> bool:
+        return self.running and self.problem is None
+
+
+def status(state_dir: Path = DEFAULT_STATE_DIR) -> tuple[LabRecord, list[ComponentStatus]] | None:
+    """Each recorded component's state and health, or None when no lab is recorded."""
+    layout = Layout.at(state_dir)
+    record = state.load(layout)
+    if record is None:
+        return None
+    probes = _probes(layout, record)
+    lines = []
+    for process in record.processes:
+        running = processes.alive(process)
+        problem = None if not running else probes[process.name].check()
+        lines.append(
+            ComponentStatus(
+                process.name, process.pid, running, problem if running else "not running"
+            )
+        )
+    return record, lines
+
+
+def _probes(layout: Layout, record: LabRecord) -> dict[str, Probe]:
+    ca = layout.pki / "ca.crt"
+    admin = pki.KeyPair(layout.pki / "admin.crt", layout.pki / "admin.key")
+    port = record.ports
+    return {
+        "etcd": Probe(f"http://{HOST}:{port['etcd']}/health"),
+        "kube-apiserver": Probe(
+            f"https://{HOST}:{port['kube-apiserver']}/readyz", ca=ca, client=admin
+        ),
+        "kube-controller-manager": Probe(
+            f"https://{HOST}:{port['kube-controller-manager']}/healthz", ca=ca
+        ),
+        "kube-scheduler": Probe(f"https://{HOST}:{port['kube-scheduler']}/healthz", ca=ca),
+        "kwok": Probe(f"http://{HOST}:{port['kwok']}/healthz"),
+        "vslice-scheduler": Probe(f"http://{HOST}:{port['vslice-scheduler']}/healthz"),
+        "vslice-webhook": Probe(f"https://{HOST}:{port['vslice-webhook']}/healthz", ca=ca),
+    }

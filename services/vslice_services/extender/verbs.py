@@ -1,0 +1,376 @@
+"""The extender's three verbs over the ledger: filter, prioritize, bind.
+
+**Filter** answers with the one node the engine picks (node policy binpack or spread decides,
+not the scheduler's own scoring) and *holds* the chosen slices in the ledger at once, so the
+next pod's filter, which the scheduler may run before this pod's bind, already sees them.
+When nothing fits, every node gets its reasons (``"vslice: insufficient_memory x2"``) as
+unresolvable: preempting other pods would not free GPU slices the scheduler cannot see.
+
+**Bind** takes the node lock (shared with other replicas through the node annotation), merges
+the allocations the API server shows on that node *now* into the ledger (another replica may
+have bound there a moment ago), re-checks and records this pod's slices, writes the
+``vslice.io/allocation`` annotation, then creates the Binding. Any failure releases the
+slices and removes an annotation already written, and the scheduler retries the pod.
+
+Lock order: the node's thread lock (binds of this replica queue there), then the node lock
+in the API server, then the ledger's own lock inside each ledger call; nothing here waits for
+a lock while holding one that comes later in this order.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from vslice_core.annotations import ALLOCATION, decode_allocation, encode_allocation
+from vslice_core.errors import ClusterError, DecodeError, InvalidRequest, NoFit
+from vslice_core.ledger import Ledger
+from vslice_core.model import Allocation, PodRequest
+from vslice_core.requests import pod_request
+from vslice_core.resources import ResourceNames
+from vslice_kube.nodelock import Held, LockBusy
+
+from vslice_services.canonical_quantities import plain_memory
+from vslice_services.extender.feed import FINISHED_PHASES, Holds
+from vslice_services.extender.metrics import ExtenderMetrics
+from vslice_services.extender.protocol import (
+    MAX_SCORE,
+    BindingArgs,
+    ExtenderArgs,
+    encode_filter,
+    summarize_reasons,
+)
+
+log = logging.getLogger("vslice.extender")
+
+
+class Cluster(Protocol):
+    """The API calls a bind needs (implemented over vslice_kube in ``main``)."""
+
+    def read_pod(self, namespace: str, name: str) -> dict[str, Any]: ...
+
+    def pods_on_node(self, node: str) -> list[dict[str, Any]]: ...
+
+    def annotate_pod(
+        self, namespace: str, name: str, uid: str, annotations: dict[str, str | None]
+    ) -> None: ...
+
+    def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None: ...
+
+    def lock_node(self, node: str) -> Held:
+        """Take the node lock (shared with other replicas); raises ClusterError."""
+        ...
+
+    def unlock_node(self, held: Held) -> None: ...
+
+
+class BindFailed(Exception):
+    """A bind that must be answered with an error (the scheduler then retries the pod)."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class Extender:
+    def __init__(
+        self,
+        ledger: Ledger,
+        holds: Holds,
+        cluster: Cluster | None,
+        metrics: ExtenderMetrics,
+        *,
+        names: ResourceNames,
+        synced: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self.ledger = ledger
+        self.holds = holds
+        self._cluster = cluster
+        self._metrics = metrics
+        self._names = names
+        self._synced = synced
+        self._gates = NodeGates()
+
+    # ----- filter ------------------------------------------------------------------------
+    def filter(self, args: ExtenderArgs) -> dict[str, Any]:
+        started = time.perf_counter()
+        try:
+            return self._filter(args)
+        finally:
+            self._metrics.filter_seconds.observe(time.perf_counter() - started)
+
+    def _filter(self, args: ExtenderArgs) -> dict[str, Any]:
+        if not self._synced():
+            self._metrics.decided("filter", "failed", "not_synced")
+            return encode_filter(
+                args, [], error="vslice: ledger still loading from the cluster, retry"
+            )
+        self._release_expired_holds()
+        try:
+            request = pod_request(plain_memory(args.pod, self._names), self._names)
+        except InvalidRequest as exc:
+            self._metrics.decided("filter", "invalid", str(exc.field or "pod"))
+            log.warning("pod request invalid", extra={"pod": args.pod_key, "error": str(exc)})
+            return encode_filter(
+                args, [], unresolvable=dict.fromkeys(args.node_names, f"vslice: {exc}")
+            )
+        if not request.wants_gpus:
+            self._metrics.decided("filter", "fit", "no_gpu_request")
+            return encode_filter(args, list(args.node_names))
+        self._forget(request.uid)
+        for _ in range(3):  # another thread may take the chosen slices between decide and hold
+            decision = self.ledger.decide(request, args.node_names)
+            if decision.node is None or decision.allocation is None:
+                return self._no_fit(args, decision.nodes)
+            try:
+                self.ledger.try_commit(request.uid, decision.allocation, request.namespace)
+            except NoFit:
+                continue
+            self.holds.hold(request.uid, decision.node)
+            self._metrics.decided("filter", "fit")
+            return encode_filter(args, [decision.node])
+        self._metrics.decided("filter", "failed", "contended")
+        return encode_filter(args, [], error="vslice: capacity changed while deciding, retry")
+
+    def _no_fit(self, args: ExtenderArgs, verdicts: dict[str, Any]) -> dict[str, Any]:
+        reasons = {
+            name: f"vslice: {summarize_reasons(v.reasons) or 'does not fit'}"
+            for name, v in verdicts.items()
+        }
+        first = next((next(iter(v.reasons), "") for v in verdicts.values() if v.reasons), "")
+        self._metrics.decided("filter", "nofit", first)
+        log.info(
+            "no node fits",
+            extra={"pod": args.pod_key, "nodes": len(verdicts), "first_reason": first},
+        )
+        return encode_filter(args, [], unresolvable=reasons)
+
+    def _forget(self, uid: str) -> None:
+        """A pod being scheduled is not bound: what the ledger holds for it is moot."""
+        self.holds.drop(uid)
+        self.ledger.release(uid)
+
+    def _release_expired_holds(self) -> None:
+        for uid in self.holds.expired():
+            if self.ledger.release(uid) is not None:
+                log.info("hold expired without a bind", extra={"uid": uid})
+
+    # ----- prioritize --------------------------------------------------------------------
+    def prioritize(self, args: ExtenderArgs) -> dict[str, int]:
+        """Top score for the node this pod's filter chose, zero elsewhere."""
+        uid = str((args.pod.get("metadata") or {}).get("uid", ""))
+        chosen = self.holds.node(uid)
+        return {name: MAX_SCORE if name == chosen else 0 for name in args.node_names}
+
+    # ----- bind --------------------------------------------------------------------------
+    def bind(self, args: BindingArgs) -> dict[str, str]:
+        started = time.perf_counter()
+        try:
+            allocation = self._bind(args)
+        except BindFailed as exc:
+            self._metrics.decided("bind", "failed", exc.reason)
+            log.warning(
+                "bind failed",
+                extra={
+                    "pod": f"{args.pod_namespace}/{args.pod_name}",
+                    "node": args.node,
+                    "error": str(exc),
+                },
+            )
+            return {"Error": f"vslice: {exc}"}
+        finally:
+            self._metrics.bind_seconds.observe(time.perf_counter() - started)
+        self._metrics.decided("bind", "bound")
+        log.info(
+            "bound",
+            extra={
+                "pod": f"{args.pod_namespace}/{args.pod_name}",
+                "node": args.node,
+                "gpus": [g.uuid for c in allocation.containers for g in c.gpus],
+            },
+        )
+        return {"Error": ""}
+
+    def _bind(self, args: BindingArgs) -> Allocation:
+        if self._cluster is None:
+            raise BindFailed("this extender has no cluster access to bind with", "no_cluster")
+        if not self._synced():
+            raise BindFailed("ledger still loading from the cluster, retry", "not_synced")
+        try:
+            pod = self._cluster.read_pod(args.pod_namespace, args.pod_name)
+            request = self._bind_request(pod, args)
+            done = _already_bound(pod, args)
+            if done is not None:
+                return done
+            with self._gates.entered(args.node, self._cluster) as others_since:
+                return self._bind_locked(request, args, others_since=others_since)
+        except LockBusy as exc:
+            self._forget(args.pod_uid)
+            raise BindFailed(str(exc), "lock_busy") from exc
+        except ClusterError as exc:
+            self._forget(args.pod_uid)
+            raise BindFailed(str(exc), f"api_{exc.code or 'unreachable'}") from exc
+        except BindFailed as exc:
+            if exc.reason != "already_bound":  # a pod bound elsewhere keeps its slices
+                self._forget(args.pod_uid)
+            raise
+        except Exception as exc:  # a bug must not leave slices booked for a pod never bound
+            self._forget(args.pod_uid)
+            log.exception("bind crashed", extra={"pod": f"{args.pod_namespace}/{args.pod_name}"})
+            raise BindFailed(f"internal error: {type(exc).__name__}: {exc}", "internal") from exc
+
+    def _bind_request(self, pod: dict[str, Any], args: BindingArgs) -> PodRequest:
+        uid = str((pod.get("metadata") or {}).get("uid", ""))
+        if uid != args.pod_uid:
+            raise BindFailed(
+                f"pod {args.pod_namespace}/{args.pod_name} is now uid {uid}, not {args.pod_uid}",
+                "replaced",
+            )
+        try:
+            return pod_request(plain_memory(pod, self._names), self._names)
+        except InvalidRequest as exc:
+            raise BindFailed(str(exc), "invalid") from exc
+
+    def _bind_locked(
+        self, request: PodRequest, args: BindingArgs, *, others_since: bool
+    ) -> Allocation:
+        if others_since:
+            self._merge_node(args.node, exclude=args.pod_uid)
+        allocation = self._book(request, args.node)
+        written = False
+        try:
+            self._cluster_checked().annotate_pod(
+                args.pod_namespace,
+                args.pod_name,
+                args.pod_uid,
+                {ALLOCATION: encode_allocation(allocation)},
+            )
+            written = True
+            self._cluster_checked().bind_pod(
+                args.pod_namespace, args.pod_name, args.pod_uid, args.node
+            )
+        except ClusterError:
+            if written:
+                self._unannotate(args)
+            raise
+        self.holds.mark_bound(args.pod_uid)
+        return allocation
+
+    def _book(self, request: PodRequest, node: str) -> Allocation:
+        """Re-check this pod's slices against the fresh ledger and record them."""
+        held = self.ledger.release(request.uid)
+        self.holds.hold(request.uid, node)
+        if held is not None and held.node == node:
+            try:
+                self.ledger.try_commit(request.uid, held, request.namespace)
+                return held
+            except NoFit:
+                pass  # the held GPUs were taken meanwhile: look for others on the node
+        try:
+            return self.ledger.reserve(request, node)
+        except NoFit as exc:
+            reasons = exc.reasons.get(node, {})
+            raise BindFailed(
+                f"pod no longer fits on node {node}: {summarize_reasons(reasons) or 'unknown'}",
+                next(iter(reasons), "nofit"),
+            ) from exc
+
+    def _merge_node(self, node: str, exclude: str) -> None:
+        """Record every allocation the API server shows on the node now (other replicas')."""
+        for pod in self._cluster_checked().pods_on_node(node):
+            metadata = pod.get("metadata") or {}
+            uid = str(metadata.get("uid", ""))
+            value = (metadata.get("annotations") or {}).get(ALLOCATION)
+            if (
+                uid == exclude
+                or value is None
+                or (pod.get("status") or {}).get("phase") in FINISHED_PHASES
+            ):
+                continue
+            try:
+                self.ledger.add(
+                    uid, decode_allocation(str(value)), str(metadata.get("namespace", "default"))
+                )
+            except DecodeError:
+                continue  # the pod feed reports it; the ledger keeps what it had
+
+    def _unannotate(self, args: BindingArgs) -> None:
+        try:
+            self._cluster_checked().annotate_pod(
+                args.pod_namespace, args.pod_name, args.pod_uid, {ALLOCATION: None}
+            )
+        except ClusterError as exc:
+            log.warning(
+                "could not remove allocation after a failed bind", extra={"error": str(exc)}
+            )
+
+    def _cluster_checked(self) -> Cluster:
+        assert self._cluster is not None
+        return self._cluster
+
+
+def _already_bound(pod: dict[str, Any], args: BindingArgs) -> Allocation | None:
+    """The pod's allocation if an earlier attempt already bound it there (a retried call)."""
+    bound_to = (pod.get("spec") or {}).get("nodeName")
+    if not bound_to:
+        return None
+    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(ALLOCATION)
+    if bound_to != args.node or value is None:
+        raise BindFailed(f"pod is already bound to {bound_to}", "already_bound")
+    try:
+        return decode_allocation(str(value))
+    except DecodeError as exc:
+        raise BindFailed(str(exc), "bad_annotation") from exc
+
+
+@dataclass
+class _Gate:
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    waiting: int = 0
+    kept: Held | None = None
+
+
+class NodeGates:
+    """Binds to one node, one at a time per replica, under the node lock.
+
+    Binds of this replica queue on the node's thread lock. The node lock (shared with other
+    replicas) is kept from one bind to the next while more binds of this replica wait for
+    the node and at most half its TTL has passed, so a burst of binds to one node costs one
+    lock round trip instead of one per pod; other replicas wait for the end of the burst.
+    """
+
+    def __init__(self) -> None:
+        self._gates: dict[str, _Gate] = {}
+        self._guard = threading.Lock()
+
+    @contextmanager
+    def entered(self, node: str, cluster: Cluster) -> Iterator[bool]:
+        """Yields whether another replica may have booked on the node since our last bind."""
+        with self._guard:
+            gate = self._gates.setdefault(node, _Gate())
+            gate.waiting += 1
+        with gate.lock:
+            with self._guard:
+                gate.waiting -= 1
+                held, gate.kept = gate.kept, None
+            if held is not None and time.monotonic() >= held.renew_after:
+                cluster.unlock_node(held)
+                held = None
+            others_since = held is None
+            if held is None:
+                held = cluster.lock_node(node)
+                others_since = held.others_since
+            try:
+                yield others_since
+            finally:
+                with self._guard:
+                    keep = gate.waiting > 0 and time.monotonic() < held.renew_after
+                    if keep:
+                        gate.kept = held
+                if not keep:
+                    cluster.unlock_node(held)

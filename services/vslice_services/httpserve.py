@@ -1,0 +1,275 @@
+"""The HTTP serving pieces every vslice service shares.
+
+- :func:`configure_logging` writes one JSON object per line on stderr (``ts``, ``level``,
+  ``service``, ``logger``, ``msg`` and any ``extra=`` fields), so log collectors need no parser.
+- :class:`HttpService` is a threaded HTTP(S) server over a table of routes. Handlers receive the
+  request body and return a :class:`Response`; ``GET /healthz`` answers ``200 ok`` on its own.
+  With TLS, the certificate files are re-read whenever their modification time changes, so a
+  rotated certificate is served without a restart.
+- :func:`run_until_signal` serves until SIGTERM or SIGINT, then stops accepting, lets running
+  requests finish and calls the service's cleanups.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import ssl
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+log = logging.getLogger("vslice.http")
+
+MAX_BODY_BYTES = 8 * 1024 * 1024
+_STANDARD_RECORD_KEYS = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+
+
+class JsonLineFormatter(logging.Formatter):
+    """One JSON object per record; ``extra=`` fields become keys of their own."""
+
+    def __init__(self, service: str) -> None:
+        super().__init__()
+        self.service = service
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "service": self.service,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for key, value in vars(record).items():
+            if key not in _STANDARD_RECORD_KEYS and not key.startswith("_"):
+                line[key] = value
+        if record.exc_info and record.exc_info[1] is not None:
+            line["error"] = f"{type(record.exc_info[1]).__name__}: {record.exc_info[1]}"
+        return json.dumps(line, default=str)
+
+
+def configure_logging(service: str, level: str = "info") -> None:
+    """Route every logger to structured lines on stderr at ``level``."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonLineFormatter(service))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    # The Kubernetes client logs every retry at warning level through urllib3; keep ours.
+    logging.getLogger("urllib3").setLevel(logging.ERROR)
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    body: bytes
+    content_type: str = "application/json"
+
+    @classmethod
+    def json(cls, payload: object, status: int = 200) -> Response:
+        return cls(status, json.dumps(payload, separators=(",", ":")).encode())
+
+    @classmethod
+    def text(cls, text: str, status: int = 200) -> Response:
+        return cls(status, text.encode(), "text/plain; charset=utf-8")
+
+
+Handler = Callable[[bytes], Response]
+
+
+@dataclass
+class ReloadingTlsContext:
+    """An SSL server context rebuilt whenever the certificate or key file changes."""
+
+    cert_file: str
+    key_file: str
+    _stamp: tuple[float, float] = (0.0, 0.0)
+    _context: ssl.SSLContext | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def current(self) -> ssl.SSLContext:
+        """The context for the files as they are now; while a rotation is half written (the
+        new pair does not load), the previous context keeps serving."""
+        with self._lock:
+            try:
+                stamp = (os.stat(self.cert_file).st_mtime, os.stat(self.key_file).st_mtime)
+                if self._context is None or stamp != self._stamp:
+                    self._context, self._stamp = self._load(), stamp
+            except (OSError, ssl.SSLError) as exc:
+                if self._context is None:
+                    raise
+                log.warning(
+                    "certificate reload failed; serving the previous one", extra={"error": str(exc)}
+                )
+            return self._context
+
+    def _load(self) -> ssl.SSLContext:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(self.cert_file, self.key_file)
+        log.info("certificate loaded", extra={"cert_file": self.cert_file})
+        return context
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        routes: Mapping[tuple[str, str], Handler],
+        tls: ReloadingTlsContext | None,
+    ) -> None:
+        self.routes = routes
+        self.tls = tls
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        super().__init__(address, _RequestHandler)
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        sock, address = super().get_request()
+        if self.tls is None:
+            return sock, address
+        try:
+            context = self.tls.current()
+        except (OSError, ssl.SSLError) as exc:
+            # This connection is dropped; the server keeps accepting and retries the files.
+            sock.close()
+            log.error("cannot load TLS certificate", extra={"error": str(exc)})
+            raise
+        # The handshake runs in the request's own thread, not in the accept loop.
+        return context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False), address
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        exc = sys.exc_info()[1]
+        log.debug("connection error", extra={"peer": str(client_address), "error": str(exc)})
+
+
+class _RequestHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    timeout = 60
+    server: _Server
+
+    def do_GET(self) -> None:
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:
+        self._dispatch("POST")
+
+    def _dispatch(self, method: str) -> None:
+        path = self.path.split("?", 1)[0]
+        handler = self.server.routes.get((method, path))
+        if handler is None:
+            known = sorted({p for m, p in self.server.routes if m == method})
+            self._send(Response.text(f"no route {method} {path}; known: {', '.join(known)}", 404))
+            return
+        body = self._read_body()
+        if isinstance(body, Response):
+            self._send(body)
+            return
+        started = time.perf_counter()
+        try:
+            response = handler(body)
+        except Exception as exc:  # a handler bug must not take the server down
+            log.exception("handler failed", extra={"path": path})
+            response = Response.text(f"internal error: {type(exc).__name__}: {exc}", 500)
+        log.debug(
+            "request",
+            extra={
+                "method": method,
+                "path": path,
+                "status": response.status,
+                "ms": round((time.perf_counter() - started) * 1000, 3),
+            },
+        )
+        self._send(response)
+
+    def _read_body(self) -> bytes | Response:
+        raw_length = self.headers.get("Content-Length", "0")
+        if not raw_length.isdigit():
+            return Response.text(f"Content-Length must be a number, got {raw_length!r}", 400)
+        length = int(raw_length)
+        if length > MAX_BODY_BYTES:
+            self.close_connection = True
+            return Response.text(f"body of {length} bytes exceeds {MAX_BODY_BYTES}", 413)
+        return self.rfile.read(length) if length else b""
+
+    def _send(self, response: Response) -> None:
+        self.send_response(response.status)
+        self.send_header("Content-Type", response.content_type)
+        self.send_header("Content-Length", str(len(response.body)))
+        self.end_headers()
+        self.wfile.write(response.body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug(format % args)
+
+
+def _healthz(_: bytes) -> Response:
+    return Response.text("ok")
+
+
+class HttpService:
+    """A threaded HTTP(S) server over ``routes`` (``(method, path) -> handler``) plus /healthz."""
+
+    def __init__(
+        self,
+        listen: tuple[str, int],
+        routes: Mapping[tuple[str, str], Handler],
+        *,
+        tls: ReloadingTlsContext | None = None,
+    ) -> None:
+        table = {("GET", "/healthz"): _healthz, **routes}
+        self._server = _Server(listen, table, tls)
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    def start(self) -> None:
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def run_until_signal(
+    services: Iterable[HttpService], cleanups: Iterable[Callable[[], None]] = ()
+) -> int:
+    """Serve until SIGTERM/SIGINT, then stop the servers and run ``cleanups`` in order."""
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("stopping", extra={"signal": signal.Signals(signum).name})
+        stop.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    servers = list(services)
+    try:
+        for server in servers:
+            server.start()
+        while not stop.wait(1.0):
+            pass
+    finally:
+        for server in servers:
+            server.stop()
+        for cleanup in cleanups:
+            cleanup()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    log.info("stopped")
+    return 0

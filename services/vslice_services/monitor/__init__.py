@@ -1,0 +1,7 @@
+"""``vslice serve monitor``: per-node Prometheus exporter.
+
+It reads the shim's shared region of every container on the node (found under the device
+plugin's cache root, see docs/device-plugin.md) and exports, per pod, container and GPU, the
+memory used against the limit and the compute limiter's counters; on NVML nodes also the
+whole GPU's memory and utilization. See docs/monitor.md.
+"""

@@ -1,0 +1,209 @@
+"""Service configuration: typed settings read from a YAML file and ``VSLICE_*`` variables.
+
+Lookup order, highest first (documented for users in docs/configuration.md):
+
+1. environment variables ``VSLICE_<SETTING>`` (upper case, e.g. ``VSLICE_LISTEN``),
+2. the YAML file given as ``vslice serve <name> --config FILE`` (a flat mapping of settings),
+3. the defaults declared on the settings class.
+
+Every service extends :class:`ServiceSettings`; keys a service does not know are an error that
+names the key, so a misspelt setting never passes silently. Invalid values raise
+:class:`vslice_core.errors.InvalidRequest` naming the setting and the value.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import yaml
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from vslice_core.errors import InvalidRequest
+from vslice_core.resources import ResourceNames
+
+LogLevel = Literal["debug", "info", "warning", "error"]
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """Split ``"HOST:PORT"`` (``"[::1]:8443"`` for IPv6) into host and port."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"listen must be HOST:PORT, got {value!r}")
+    return host.strip("[]"), int(port)
+
+
+class ServiceSettings(BaseSettings):
+    """Settings every vslice service shares."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="VSLICE_",
+        env_nested_delimiter="__",
+        case_sensitive=False,
+        extra="forbid",
+        validate_default=True,
+    )
+
+    kubeconfig: str = Field(
+        default="",
+        description="Path of a kubeconfig file. Empty: in-cluster service account, then "
+        "$KUBECONFIG, then ~/.kube/config.",
+    )
+    listen: str = Field(
+        default="127.0.0.1:8080",
+        description='Address the service listens on, "HOST:PORT" (port 0 picks a free one).',
+    )
+    log_level: LogLevel = Field(
+        default="info", description="Lowest level written to the log: debug|info|warning|error."
+    )
+    resources: ResourceNames = Field(
+        default_factory=ResourceNames,
+        description="Extended-resource names pods use (gpu, memory, memory_percent, cores, "
+        "priority); e.g. VSLICE_RESOURCES__GPU=example.com/gpu.",
+    )
+
+    @field_validator("listen")
+    @classmethod
+    def _listen_is_host_port(cls, value: str) -> str:
+        parse_listen(value)
+        return value
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _level_is_lower_case(cls, value: Any) -> Any:
+        return value.lower() if isinstance(value, str) else value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The YAML file arrives as init values; the environment must win over it.
+        return (env_settings, init_settings)
+
+    @property
+    def listen_address(self) -> tuple[str, int]:
+        return parse_listen(self.listen)
+
+
+class SchedulerSettings(ServiceSettings):
+    """``vslice serve scheduler``: the kube-scheduler extender."""
+
+    listen: str = Field(
+        default="127.0.0.1:8888", description=ServiceSettings.model_fields["listen"].description
+    )
+    identity: str = Field(
+        default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}",
+        description="Name this replica writes into node locks; unique per running replica.",
+    )
+    lock_ttl_seconds: float = Field(
+        default=15.0,
+        gt=0,
+        description="A node lock older than this is stale and may be taken over.",
+    )
+    lock_wait_seconds: float = Field(
+        default=3.0,
+        gt=0,
+        description="How long a bind waits for another replica's node lock before failing "
+        "(the scheduler then retries the pod).",
+    )
+    hold_ttl_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description="Slices a filter set aside for a pod are freed again when no bind "
+        "follows within this time.",
+    )
+    resync_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        description="Watches are restarted with a full relist at least this often.",
+    )
+
+
+class WebhookSettings(ServiceSettings):
+    """``vslice serve webhook``: the mutating admission webhook."""
+
+    listen: str = Field(
+        default="0.0.0.0:8443", description=ServiceSettings.model_fields["listen"].description
+    )
+    tls_cert_file: str = Field(
+        default="", description="PEM certificate (chain) served over HTTPS; reloaded on change."
+    )
+    tls_key_file: str = Field(default="", description="PEM private key of tls_cert_file.")
+    scheduler_name: str = Field(
+        default="vslice-scheduler",
+        description="schedulerName set on GPU pods; empty leaves spec.schedulerName alone.",
+    )
+    opt_out_label: str = Field(
+        default="vslice.io/webhook",
+        description='Pods with this label set to "disabled" are admitted untouched.',
+    )
+    hide_gpus_from_other_containers: bool = Field(
+        default=False,
+        description="Set NVIDIA_VISIBLE_DEVICES=none on the containers of a GPU pod that ask "
+        "for no GPU.",
+    )
+    enforce_quota: bool = Field(
+        default=True,
+        description="Deny a pod whose GPU memory or cores alone exceed its namespace's "
+        "ResourceQuota (needs API access).",
+    )
+
+
+S = TypeVar("S", bound=ServiceSettings)
+
+
+def read_config_file(config_path: str | os.PathLike[str] | None) -> dict[str, Any]:
+    """The YAML file's mapping (empty without a file); errors name the file and the problem."""
+    if not config_path:
+        return {}
+    path = Path(config_path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise InvalidRequest(
+            f"config file {path}: cannot read: {exc.strerror}", field="config", value=str(path)
+        ) from exc
+    except yaml.YAMLError as exc:
+        raise InvalidRequest(
+            f"config file {path}: not valid YAML: {exc}", field="config", value=str(path)
+        ) from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise InvalidRequest(
+            f"config file {path}: must be a mapping of settings, got {type(data).__name__}",
+            field="config",
+            value=str(path),
+        )
+    return data
+
+
+def load_settings(cls: type[S], config_path: str | os.PathLike[str] | None = None) -> S:
+    """Settings of ``cls`` from the YAML file (optional) overridden by ``VSLICE_*`` variables."""
+    values = read_config_file(config_path)
+    try:
+        return cls(**values)
+    except ValidationError as exc:
+        raise _invalid_setting(exc, values, config_path) from exc
+
+
+def _invalid_setting(
+    exc: ValidationError, values: dict[str, Any], config_path: object
+) -> InvalidRequest:
+    first = exc.errors()[0]
+    name = ".".join(str(part) for part in first["loc"]) or "settings"
+    where = f"config file {config_path}" if config_path else "settings"
+    if first["type"] == "extra_forbidden":
+        message = f"{where}: unknown setting {name!r}"
+    elif first["type"] == "value_error":  # our validators already name the value
+        message = f"{where}: {first['msg'].removeprefix('Value error, ')}"
+    else:
+        message = f"{where}: {name}: {first['msg']}, got {first.get('input')!r}"
+    return InvalidRequest(message, field=name, value=values.get(name, first.get("input")))

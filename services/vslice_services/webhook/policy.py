@@ -1,0 +1,137 @@
+"""What the webhook decides for one pod: a pure function from the pod to a :class:`Verdict`.
+
+For a pod being created, in this order:
+
+1. untouched when it carries the opt-out label, or asks for no GPU resource at all;
+2. denied when a value is invalid (the core's normalization names the field and the value),
+   when a container that asks for GPUs is privileged (it could see and use every GPU), or when
+   the pod alone asks for more than its namespace's GPU quota;
+3. otherwise patched: the normalized limits, ``spec.schedulerName`` (unless the pod already
+   names a scheduler of its own) and, if configured, ``NVIDIA_VISIBLE_DEVICES=none`` on its
+   containers that ask for no GPU, so they do not see the node's GPUs through the runtime.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from vslice_core.errors import InvalidRequest
+from vslice_core.model import PodRequest, QuotaLimits
+from vslice_core.requests import limit_patch, normalize_pod, uses_gpus
+from vslice_core.resources import DEFAULT_RESOURCE_NAMES, ResourceNames
+
+from vslice_services.canonical_quantities import plain_memory
+from vslice_services.quota import exceeded, request_totals
+from vslice_services.webhook.jsonpatch import PodPatch
+from vslice_services.webhook.review import AdmissionRequest, Verdict
+
+HIDE_GPUS_ENV = "NVIDIA_VISIBLE_DEVICES"
+OPT_OUT_VALUES = ("disabled", "false")
+DEFAULT_SCHEDULER = "default-scheduler"
+
+
+@dataclass(frozen=True)
+class WebhookPolicy:
+    names: ResourceNames = DEFAULT_RESOURCE_NAMES
+    scheduler_name: str = "vslice-scheduler"
+    opt_out_label: str = "vslice.io/webhook"
+    hide_gpus_from_other_containers: bool = False
+
+
+def review_pod(
+    request: AdmissionRequest, policy: WebhookPolicy, quota: QuotaLimits | None = None
+) -> Verdict:
+    pod = request.pod
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    if (
+        request.operation != "CREATE"
+        or str(labels.get(policy.opt_out_label, "")).lower() in OPT_OUT_VALUES
+    ):
+        return Verdict(allowed=True)
+    if not uses_gpus(pod, policy.names):
+        return Verdict(allowed=True)
+    try:
+        normalized = normalize_pod(plain_memory(pod, policy.names), policy.names)
+    except InvalidRequest as exc:
+        return Verdict.deny(str(exc), code=400)
+    gpu_containers = {(c.init, c.name) for c in normalized.request.containers}
+    denial = _privileged_gpu_container(pod, gpu_containers, policy.names)
+    if denial is None and quota is not None:
+        denial = _over_quota(request, quota, normalized.request, policy.names)
+    if denial is not None:
+        return Verdict.deny(denial)
+    patch = PodPatch(pod)
+    warnings = _route(patch, policy.scheduler_name)
+    if policy.hide_gpus_from_other_containers:
+        _hide_gpus(patch, gpu_containers)
+    return Verdict(
+        allowed=True, patch=limit_patch(pod, normalized.changes) + patch.ops, warnings=warnings
+    )
+
+
+def _containers(pod: Mapping[str, Any]) -> list[tuple[bool, int, Mapping[str, Any]]]:
+    spec = pod.get("spec") or {}
+    found = []
+    for init, kind in ((True, "initContainers"), (False, "containers")):
+        for index, container in enumerate(spec.get(kind) or []):
+            if isinstance(container, Mapping):
+                found.append((init, index, container))
+    return found
+
+
+def _privileged_gpu_container(
+    pod: Mapping[str, Any], gpu_containers: set[tuple[bool, str]], names: ResourceNames
+) -> str | None:
+    for init, index, container in _containers(pod):
+        if (init, container.get("name")) not in gpu_containers:
+            continue
+        context = container.get("securityContext") or {}
+        if context.get("privileged") is True:
+            kind = "initContainers" if init else "containers"
+            return (
+                f"spec.{kind}[{index}].securityContext.privileged must be false in container "
+                f"{container.get('name')!r}, which asks for {names.gpu}, got true "
+                "(a privileged container sees every GPU of the node)"
+            )
+    return None
+
+
+def _over_quota(
+    request: AdmissionRequest, quota: QuotaLimits, pod_request: PodRequest, names: ResourceNames
+) -> str | None:
+    over = exceeded(request_totals(pod_request), quota)
+    if not over:
+        return None
+    resource = {"memory_mib": names.memory, "cores": names.cores, "gpus": names.gpu}
+    field_name, asked, limit = over[0]
+    return (
+        f"{resource[field_name]}: the pod asks for {asked} in total, more than namespace "
+        f"{request.namespace!r} may use (ResourceQuota requests.{resource[field_name]} = {limit})"
+    )
+
+
+def _route(patch: PodPatch, scheduler_name: str) -> list[str]:
+    if not scheduler_name:
+        return []
+    current = (patch.pod.get("spec") or {}).get("schedulerName")
+    if current in (None, "", DEFAULT_SCHEDULER):
+        patch.set(("spec", "schedulerName"), scheduler_name)
+        return []
+    if current == scheduler_name:
+        return []
+    return [
+        f"spec.schedulerName {current!r} kept: GPU slices are only accounted by {scheduler_name!r}"
+    ]
+
+
+def _hide_gpus(patch: PodPatch, gpu_containers: set[tuple[bool, str]]) -> None:
+    for init, index, container in _containers(patch.pod):
+        if (init, container.get("name")) in gpu_containers:
+            continue
+        env = container.get("env") or []
+        if any(isinstance(e, Mapping) and e.get("name") == HIDE_GPUS_ENV for e in env):
+            continue
+        kind = "initContainers" if init else "containers"
+        patch.append(("spec", kind, index, "env"), {"name": HIDE_GPUS_ENV, "value": "none"})

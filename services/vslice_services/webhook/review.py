@@ -1,0 +1,115 @@
+"""The AdmissionReview v1 wire format: parse a request, encode a response.
+
+Parsing is strict about what the webhook needs (``request.uid``, ``request.object`` as a Pod)
+and reports the first problem as :class:`vslice_core.errors.InvalidRequest` naming the field
+and the value, so a broken body gets a clear 400 instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from vslice_core.errors import InvalidRequest
+
+API_VERSION = "admission.k8s.io/v1"
+
+
+@dataclass(frozen=True)
+class AdmissionRequest:
+    uid: str
+    operation: str
+    namespace: str
+    name: str
+    pod: dict[str, Any]
+    dry_run: bool = False
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the webhook decided: allow (with an optional JSON Patch) or deny with a message."""
+
+    allowed: bool
+    patch: list[dict[str, Any]] = field(default_factory=list)
+    message: str = ""
+    code: int = 200
+    warnings: list[str] = field(default_factory=list)
+
+    @classmethod
+    def deny(cls, message: str, code: int = 403) -> Verdict:
+        return cls(allowed=False, message=message, code=code)
+
+
+def parse_review(body: bytes) -> AdmissionRequest:
+    """The pod and metadata of an AdmissionReview body."""
+    try:
+        review = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidRequest(f"body is not JSON: {exc}", field="body", value=body[:80]) from exc
+    if not isinstance(review, dict):
+        raise InvalidRequest("body must be an AdmissionReview object", field="body", value=review)
+    if review.get("kind") != "AdmissionReview" or review.get("apiVersion") != API_VERSION:
+        raise InvalidRequest(
+            f"expected apiVersion {API_VERSION} kind AdmissionReview, got "
+            f"{review.get('apiVersion')!r} {review.get('kind')!r}",
+            field="apiVersion",
+            value=review.get("apiVersion"),
+        )
+    request = _mapping(review.get("request"), "request")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise InvalidRequest(
+            f"request.uid must be a non-empty string, got {uid!r}", field="request.uid", value=uid
+        )
+    pod = _mapping(request.get("object"), "request.object")
+    if pod.get("kind", "Pod") != "Pod":
+        raise InvalidRequest(
+            f"request.object.kind must be Pod, got {pod.get('kind')!r}",
+            field="request.object.kind",
+            value=pod.get("kind"),
+        )
+    _mapping(pod.get("spec"), "request.object.spec")
+    metadata = pod.get("metadata") or {}
+    return AdmissionRequest(
+        uid=uid,
+        operation=str(request.get("operation", "CREATE")),
+        namespace=str(
+            request.get("namespace")
+            or _mapping(metadata, "request.object.metadata").get("namespace")
+            or "default"
+        ),
+        name=str(request.get("name") or metadata.get("name") or metadata.get("generateName") or ""),
+        pod=pod,
+        dry_run=bool(request.get("dryRun", False)),
+    )
+
+
+def request_uid(body: bytes) -> str:
+    """The request uid if the body has one, so even a rejected review can be answered."""
+    try:
+        uid = json.loads(body)["request"]["uid"]
+    except (ValueError, TypeError, KeyError):
+        return ""
+    return uid if isinstance(uid, str) else ""
+
+
+def encode_review(uid: str, verdict: Verdict) -> dict[str, Any]:
+    response: dict[str, Any] = {"uid": uid, "allowed": verdict.allowed}
+    if not verdict.allowed:
+        response["status"] = {"code": verdict.code, "message": verdict.message}
+    if verdict.patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(json.dumps(verdict.patch).encode()).decode()
+    if verdict.warnings:
+        response["warnings"] = verdict.warnings
+    return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response}
+
+
+def _mapping(value: Any, name: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise InvalidRequest(
+            f"{name} must be an object, got {type(value).__name__}", field=name, value=value
+        )
+    return value

@@ -1,0 +1,100 @@
+/*
+ * nvidia-smi and NVML clients inside the container see the slice: total = the memory limit,
+ * used = what the container's processes hold (from the region), free = the difference, never
+ * below zero. NVML ignores CUDA_VISIBLE_DEVICES, so devices are matched by UUID; a device no
+ * process of the container touched yet takes the limit of its position in
+ * CUDA_VISIBLE_DEVICES (or its NVML index).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../shim.h"
+
+/* "GPU-6c7f2b31-..." -> 16 bytes; -1 if it is not a UUID. */
+static int parse_uuid(const char *text, uint8_t out[16]) {
+    if (strncmp(text, "GPU-", 4) == 0) text += 4;
+    int n = 0;
+    for (const char *p = text; *p != '\0' && n < 32; p++) {
+        if (*p == '-') continue;
+        int v = (*p >= '0' && *p <= '9') ? *p - '0'
+                : (*p >= 'a' && *p <= 'f') ? *p - 'a' + 10
+                : (*p >= 'A' && *p <= 'F') ? *p - 'A' + 10 : -1;
+        if (v < 0) return -1;
+        if (n % 2 == 0) out[n / 2] = (uint8_t)(v << 4); else out[n / 2] |= (uint8_t)v;
+        n++;
+    }
+    return n == 32 ? 0 : -1;
+}
+
+/* The container index of an NVML device that is not in the region yet. */
+static int container_index(nvmlDevice_t device, const char *uuid) {
+    unsigned int nvml_index = 0;
+    if (vs_real.nvmlDeviceGetIndex == NULL ||
+        vs_real.nvmlDeviceGetIndex(device, &nvml_index) != NVML_SUCCESS)
+        return -1;
+    const char *visible = getenv("CUDA_VISIBLE_DEVICES");
+    if (visible == NULL || *visible == '\0') return (int)nvml_index;
+    char list[512];
+    snprintf(list, sizeof list, "%s", visible);
+    int position = 0;
+    for (char *save = NULL, *item = strtok_r(list, ",", &save); item != NULL;
+         item = strtok_r(NULL, ",", &save), position++) {
+        char *end = NULL;
+        long number = strtol(item, &end, 10);
+        if ((*end == '\0' && number == (long)nvml_index) || strstr(uuid, item) == uuid)
+            return position;
+    }
+    return -1; /* not visible to CUDA in this container: report it unchanged */
+}
+
+/* The slice of an NVML device: 0 = no limit (report the device unchanged). */
+static uint64_t slice_of(nvmlDevice_t device, uint64_t *used) {
+    *used = 0;
+    if (!vs_config()->tracking || vs_real.nvmlDeviceGetUUID == NULL) return 0;
+    char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
+    uint8_t raw[16];
+    if (vs_real.nvmlDeviceGetUUID(device, uuid, sizeof uuid) != NVML_SUCCESS ||
+        parse_uuid(uuid, raw) != 0)
+        return 0;
+    if (vs_region_attached()) { /* a reader such as nvidia-smi takes no slot */
+        int dev = vs_device_by_uuid(raw);
+        if (dev >= 0) {
+            uint64_t limit = 0;
+            vs_device_usage(dev, &limit, used);
+            if (limit != 0) return limit;
+        }
+    }
+    int index = container_index(device, uuid);
+    return (index >= 0 && index < VS_MAX_DEVICES) ? vs_config()->mem_limit[index] : 0;
+}
+
+static void apply(nvmlDevice_t device, unsigned long long *total, unsigned long long *free,
+                  unsigned long long *used) {
+    uint64_t held = 0, limit = slice_of(device, &held);
+    if (limit == 0) return;
+    if (limit > *total) limit = *total;
+    *total = limit;
+    *used = held < limit ? held : limit;
+    *free = limit - *used;
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) {
+    vs_nvml_ready();
+    if (vs_real.nvmlDeviceGetMemoryInfo == NULL) return NVML_ERROR_FUNCTION_NOT_FOUND;
+    nvmlReturn_t r = vs_real.nvmlDeviceGetMemoryInfo(device, memory);
+    if (r == NVML_SUCCESS) apply(device, &memory->total, &memory->free, &memory->used);
+    return r;
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory) {
+    vs_nvml_ready();
+    if (vs_real.nvmlDeviceGetMemoryInfo_v2 == NULL) return NVML_ERROR_FUNCTION_NOT_FOUND;
+    nvmlReturn_t r = vs_real.nvmlDeviceGetMemoryInfo_v2(device, memory);
+    if (r == NVML_SUCCESS) {
+        apply(device, &memory->total, &memory->free, &memory->used);
+        if (memory->reserved > memory->total - memory->used - memory->free)
+            memory->reserved = memory->total - memory->used - memory->free;
+    }
+    return r;
+}

@@ -1,0 +1,96 @@
+/* Internal interfaces of libvslice.so; nothing here is exported. */
+#ifndef VSLICE_SHIM_H
+#define VSLICE_SHIM_H
+
+#include <stdint.h>
+
+#include "vslice/cuda_abi.h"
+#include "vslice/nvml_abi.h"
+#include "vslice/region_abi.h"
+
+#define VS_INTERNAL __attribute__((visibility("hidden")))
+#define VS_TLS __thread __attribute__((tls_model("initial-exec")))
+
+/* ---- real entry points (src/dispatch.c) ---- */
+struct vs_real {
+#define VS_HOOK(lib, name, ret, params) ret(*name) params;
+#define VS_USE(lib, name, ret, params) ret(*name) params;
+#include "hooks.def"
+#undef VS_HOOK
+#undef VS_USE
+};
+extern struct vs_real vs_real VS_INTERNAL;
+
+enum vs_lib { VS_LIB_CUDA, VS_LIB_NVML };
+struct vs_hook_entry {
+    const char *name;
+    void *hook;
+    void **real;
+    enum vs_lib lib;
+    int exported; /* 1 = hook, 0 = used only */
+};
+VS_INTERNAL const struct vs_hook_entry *vs_hook_table(int *count);
+VS_INTERNAL void vs_cuda_ready(void); /* resolves the driver's entry points once */
+VS_INTERNAL void vs_nvml_ready(void); /* resolves NVML's entry points once */
+
+/* Set while the shim calls into the driver, so driver-internal calls pass straight through. */
+extern VS_TLS int vs_in_shim VS_INTERNAL;
+
+/* ---- logging (src/log.c) ---- */
+enum vs_level { VS_ERROR = 1, VS_WARN = 2, VS_INFO = 3, VS_DEBUG = 4 };
+extern int vs_log_level VS_INTERNAL;
+VS_INTERNAL void vs_log(enum vs_level level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+#define VS_LOG(level, ...)                                                                          \
+    do {                                                                                           \
+        if ((level) <= vs_log_level) vs_log((level), __VA_ARGS__);                                 \
+    } while (0)
+
+/* ---- configuration from the environment (src/config.c) ---- */
+struct vs_config {
+    int tracking;                        /* 1 = keep accounts (a limit or a region is set) */
+    int pacing;                          /* 1 = some device has a compute limit */
+    uint64_t mem_limit[VS_MAX_DEVICES];  /* bytes, 0 = none; index = container device index */
+    uint32_t sm_limit[VS_MAX_DEVICES];   /* percent, 0 = none */
+    uint64_t context_overhead;           /* bytes charged per process and device */
+    int context_overhead_auto;           /* 1 = measure it with NVML around the creation */
+    const char *region_path;             /* NULL = private accounting */
+};
+VS_INTERNAL const struct vs_config *vs_config(void);
+VS_INTERNAL int vs_parse_size(const char *text, uint64_t *out);
+VS_INTERNAL int vs_parse_percent(const char *text, uint32_t *out);
+
+/* ---- the shared region (src/region.c) ---- */
+VS_INTERNAL int vs_region_attached(void);         /* 1 when the region can be read */
+VS_INTERNAL int vs_region_ready(void);            /* attached, and this process has a slot */
+VS_INTERNAL vs_region *vs_region_map(void);
+VS_INTERNAL int vs_device_index(CUdevice ordinal); /* region device index, -1 = untracked */
+VS_INTERNAL int vs_current_device(void);           /* of the calling thread's context */
+VS_INTERNAL int vs_device_by_uuid(const uint8_t uuid[16]);
+VS_INTERNAL int vs_reserve(int dev, uint64_t bytes, int context);   /* 0 ok, -1 over the slice */
+VS_INTERNAL void vs_release(int dev, uint64_t bytes);
+VS_INTERNAL void vs_adjust(int dev, uint64_t reserved, uint64_t actual);
+VS_INTERNAL void vs_device_usage(int dev, uint64_t *limit, uint64_t *used);
+VS_INTERNAL int vs_region_lock(void);
+VS_INTERNAL void vs_region_unlock(void);
+VS_INTERNAL uint64_t vs_now_ns(void); /* CLOCK_MONOTONIC */
+
+/* ---- allocations of this process (src/alloc_table.c) ---- */
+enum vs_kind { VS_KIND_PTR = 1, VS_KIND_ARRAY, VS_KIND_MIPMAP, VS_KIND_VMM };
+VS_INTERNAL void vs_table_put(enum vs_kind kind, uint64_t key, int dev, uint64_t bytes);
+VS_INTERNAL int vs_table_take(enum vs_kind kind, uint64_t key, int *dev, uint64_t *bytes);
+VS_INTERNAL void vs_table_forget_all(void);
+
+/* ---- the compute limiter (src/limiter.c) ---- */
+struct vs_sample;
+struct vs_ticket {
+    int dev;                  /* region device index */
+    int64_t cost;             /* device time charged to the bucket for this launch */
+    struct vs_sample *sample; /* events timing this launch, NULL if not sampled */
+    CUstream stream;
+    int per_thread;           /* launched through a _ptsz entry point */
+};
+VS_INTERNAL void vs_limiter_before(int dev, CUstream stream, int per_thread, struct vs_ticket *t);
+VS_INTERNAL void vs_limiter_after(struct vs_ticket *t, CUresult launched);
+
+#endif

@@ -1,0 +1,276 @@
+"""``vslice plan`` as DESIGN.md specifies it: JSON shape, reason codes, exit codes, stderr."""
+
+import contextlib
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from core_builders import container, gpu, node, pod, used
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from vslice.cli import main
+from vslice_core.annotations import ALLOCATION, NODE_GPUS, encode_allocation, encode_node_gpus
+from vslice_core.cluster import parse_cluster
+from vslice_core.model import Allocation, ContainerAllocation, GpuGrant
+
+CLUSTER = {
+    "nodes": [
+        node("node-1", gpu("GPU-0", used=used(slots=1, memory_mib=30720, cores=50))),
+        node(
+            "node-2",
+            gpu("GPU-2", memory_mib=16000, model="Tesla-T4"),
+            gpu("GPU-3", memory_mib=16000, model="Tesla-T4"),
+        ),
+    ]
+}
+MAIN = pod(container(gpu=1, mem=30720, cores=50))
+
+
+def write(tmp_path: Path, name: str, data: Any) -> str:
+    path = tmp_path / name
+    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data))
+    return str(path)
+
+
+def plan(tmp_path: Path, cluster: Any, manifest: Any, *flags: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    args = [
+        "plan",
+        write(tmp_path, "cluster.yaml", cluster),
+        write(tmp_path, "pod.yaml", manifest),
+        *flags,
+    ]
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main(args)
+    return status, out.getvalue(), err.getvalue()
+
+
+def test_a_fitting_pod_prints_the_design_json_and_exits_0(tmp_path: Path) -> None:
+    status, out, err = plan(tmp_path, CLUSTER, MAIN, "--json")
+    assert (status, err) == (0, "")
+    assert json.loads(out) == {
+        "fits": True,
+        "node": "node-1",
+        "containers": [
+            {"name": "main", "gpus": [{"uuid": "GPU-0", "memory_mib": 30720, "cores": 50}]}
+        ],
+        "nodes": {
+            "node-1": {"fits": True, "score": 3.75, "reasons": {}},
+            "node-2": {"fits": False, "score": None, "reasons": {"insufficient_memory": 2}},
+        },
+    }
+    assert out.count("\n") == 1
+
+
+def test_a_pod_that_fits_nowhere_prints_fits_false_and_exits_1(tmp_path: Path) -> None:
+    status, out, err = plan(tmp_path, CLUSTER, pod(container(gpu=2, mem=20000)), "--json")
+    assert (status, err) == (1, "")
+    assert json.loads(out) == {
+        "fits": False,
+        "node": None,
+        "containers": [],
+        "nodes": {
+            "node-1": {"fits": False, "score": None, "reasons": {"too_few_gpus": 1}},
+            "node-2": {"fits": False, "score": None, "reasons": {"insufficient_memory": 2}},
+        },
+    }
+
+
+def test_the_text_form_names_the_node_the_gpus_and_the_reasons(tmp_path: Path) -> None:
+    status, out, _ = plan(tmp_path, CLUSTER, MAIN)
+    assert status == 0
+    assert out.splitlines()[0] == "fits on node-1"
+    assert "GPU-0 (30720 MiB, 50% cores)" in out
+    assert "insufficient_memory=2" in out
+
+
+@pytest.mark.parametrize(
+    ("cluster", "manifest", "message"),
+    [
+        (CLUSTER, pod(container(cores=120)), "nvidia.com/gpucores must be 0..100, got 120"),
+        (
+            CLUSTER,
+            pod(container(mem=1), annotations={"vslice.io/gpu-policy": "fastest"}),
+            "vslice.io/gpu-policy must be one of binpack, mutex, spread, topology, got 'fastest'",
+        ),
+        (
+            CLUSTER,
+            pod(container(mem=1), annotations={"vslice.io/node-policy": "x"}),
+            "vslice.io/node-policy must be one of binpack, spread, got 'x'",
+        ),
+        ("nodes: [", MAIN, "CLUSTER must be valid YAML or JSON, got "),
+        (CLUSTER, "kind: Pod\nspec: {containers: [}", "POD must be valid YAML or JSON, got "),
+        ("", MAIN, "cluster must be a mapping with 'nodes', got NoneType"),
+        (
+            {"nodes": [{"name": "n", "gpus": [{"uuid": "G"}]}]},
+            MAIN,
+            "nodes.0.gpus.0.model must be set, got nothing",
+        ),
+        (CLUSTER, pod(container("web")), "spec.containers must request a GPU (nvidia.com/gpu, "),
+        (CLUSTER, {"kind": "Service"}, "kind must be one of Pod, Deployment"),
+        (CLUSTER, "- just\n- a list\n", "pod must be a Pod manifest (a mapping), got list"),
+    ],
+)
+def test_invalid_input_exits_2_with_one_line_naming_the_field(
+    tmp_path: Path, cluster: Any, manifest: Any, message: str
+) -> None:
+    status, out, err = plan(tmp_path, cluster, manifest, "--json")
+    assert (status, out) == (2, "")
+    assert err.startswith(f"vslice plan: {message}")
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_unreadable_files_exit_2(tmp_path: Path) -> None:
+    out, err = io.StringIO(), io.StringIO()
+    (tmp_path / "binary").write_bytes(b"\xff\xfe\x00nodes")
+    for cluster in (str(tmp_path / "missing.yaml"), str(tmp_path / "binary"), str(tmp_path)):
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            assert main(["plan", cluster, write(tmp_path, "pod.yaml", MAIN)]) == 2
+    lines = err.getvalue().splitlines()
+    assert (
+        lines[0] == "vslice plan: CLUSTER must be a readable UTF-8 file, got "
+        f"'{tmp_path / 'missing.yaml'}' (No such file or directory)"
+    )
+    assert len(lines) == 3 and all(
+        line.startswith("vslice plan: CLUSTER must be a readable") for line in lines
+    )
+
+
+def _dump() -> dict[str, Any]:
+    inventory = (
+        parse_cluster({"nodes": [node("node-1", gpu("G0", memory_mib=40000))]}).nodes[0].inventory()
+    )
+    grant = GpuGrant(uuid="G0", index=0, memory_mib=30000, cores=10)
+    held = Allocation(node="node-1", containers=[ContainerAllocation(name="main", gpus=[grant])])
+    return {
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [
+            {
+                "kind": "Node",
+                "metadata": {
+                    "name": "node-1",
+                    "annotations": {NODE_GPUS: encode_node_gpus(inventory)},
+                },
+            },
+            {
+                "kind": "Pod",
+                "metadata": {"name": "busy", "annotations": {ALLOCATION: encode_allocation(held)}},
+                "status": {"phase": "Running"},
+            },
+        ],
+    }
+
+
+def test_a_kubectl_dump_answers_why_a_pod_does_not_fit(tmp_path: Path) -> None:
+    status, out, err = plan(tmp_path, _dump(), pod(container(mem=20000)), "--json", "--from-dump")
+    assert (status, err) == (1, "")
+    assert json.loads(out)["nodes"] == {
+        "node-1": {"fits": False, "score": None, "reasons": {"insufficient_memory": 1}}
+    }
+    status, out, _ = plan(tmp_path, _dump(), pod(container(mem=10000)), "--json")
+    assert status == 0 and json.loads(out)["node"] == "node-1"
+
+
+def test_a_workload_manifest_is_planned_through_its_pod_template(tmp_path: Path) -> None:
+    template = pod(container(mem=1000))
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "d"},
+        "spec": {"template": template},
+    }
+    status, out, _ = plan(tmp_path, CLUSTER, deployment, "--json")
+    assert status == 0 and json.loads(out)["containers"][0]["name"] == "main"
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.text(max_size=300)
+    | st.recursive(
+        st.none() | st.integers() | st.text(max_size=5),
+        lambda c: st.lists(c) | st.dictionaries(st.text(max_size=8), c),
+        max_leaves=20,
+    ).map(yaml.safe_dump)
+)
+def test_arbitrary_input_never_produces_a_traceback(text: str) -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as directory:
+        folder = Path(directory)
+        for cluster, manifest in ((text, yaml.safe_dump(MAIN)), (yaml.safe_dump(CLUSTER), text)):
+            out, err = io.StringIO(), io.StringIO()
+            (folder / "c.yaml").write_text(cluster)
+            (folder / "p.yaml").write_text(manifest)
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                status = main(["plan", str(folder / "c.yaml"), str(folder / "p.yaml"), "--json"])
+            assert status in (0, 1, 2)
+            if status == 2:
+                assert (
+                    err.getvalue().startswith("vslice plan: ") and err.getvalue().count("\n") == 1
+                )
+            else:
+                assert json.loads(out.getvalue())["fits"] is (status == 0)
+
+
+def test_the_installed_command_follows_the_contract(tmp_path: Path) -> None:
+    cluster = write(tmp_path, "cluster.yaml", CLUSTER)
+    bad = write(tmp_path, "bad.yaml", pod(container(cores=120)))
+    command = [sys.executable, "-m", "vslice.cli", "plan", cluster, bad, "--json"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == "vslice plan: nvidia.com/gpucores must be 0..100, got 120\n"
+
+
+DESIGN_CLUSTER = """
+nodes:
+  - name: node-1
+    gpus:
+      - uuid: GPU-0
+        model: NVIDIA-A100-SXM4-80GB
+        memory_mib: 81920
+        cores: 100            # optional, default 100
+        slots: 10             # max slices at once on this GPU
+        index: 0              # optional, default: position in the list
+        numa: 0               # optional, default 0
+        healthy: true         # optional, default true
+        cordoned: false       # optional, default false
+        used: {slots: 1, memory_mib: 30720, cores: 50}   # optional, default all zero
+    topology: {"GPU-0,GPU-1": 100}                         # optional pair link scores
+quotas:                                                    # optional, per namespace
+  team-a: {limits: {memory_mib: 40960, cores: 200}, used: {memory_mib: 1024, cores: 20}}
+"""
+DESIGN_POD = """
+apiVersion: v1
+kind: Pod
+metadata: {name: notebook}
+spec:
+  containers:
+    - name: main
+      image: pytorch
+      resources:
+        limits: {nvidia.com/gpu: 1, nvidia.com/gpumem: 30720, nvidia.com/gpucores: 50}
+"""
+
+
+def test_the_design_example_gives_the_design_answer(tmp_path: Path) -> None:
+    status, out, err = plan(tmp_path, DESIGN_CLUSTER, DESIGN_POD, "--json")
+    assert (status, err) == (0, "")
+    result = json.loads(out)
+    assert (result["fits"], result["node"]) == (True, "node-1")
+    assert result["containers"] == [
+        {"name": "main", "gpus": [{"uuid": "GPU-0", "memory_mib": 30720, "cores": 50}]}
+    ]
+    assert result["nodes"]["node-1"]["fits"] is True and result["nodes"]["node-1"]["reasons"] == {}
+    quota_pod = DESIGN_POD.replace("{name: notebook}", "{name: notebook, namespace: team-a}")
+    status, out, _ = plan(tmp_path, DESIGN_CLUSTER, quota_pod, "--json")
+    assert status == 0
+    too_much = quota_pod.replace("30720", "40000")
+    status, out, _ = plan(tmp_path, DESIGN_CLUSTER, too_much, "--json")
+    assert status == 1
+    assert json.loads(out)["nodes"]["node-1"]["reasons"] == {"quota_exceeded": 1}

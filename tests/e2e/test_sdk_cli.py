@@ -1,0 +1,134 @@
+"""``vslice top``, ``vslice allocations`` and ``vslice request`` as a shell user runs them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import LabHandle
+
+pytestmark = pytest.mark.timeout(300)  # includes starting the session lab when first
+IMAGE = "registry.invalid/sleep:1"
+
+
+def vslice_cli(lab: LabHandle, command: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``vslice COMMAND --kubeconfig LAB ARGS...`` in a fresh process."""
+    argv = [sys.executable, "-m", "vslice.cli", command, "--kubeconfig", str(lab.kubeconfig)]
+    return subprocess.run([*argv, *args], capture_output=True, text=True, timeout=120)
+
+
+def request(lab: LabHandle, *args: str) -> subprocess.CompletedProcess[str]:
+    return vslice_cli(lab, "request", *args)
+
+
+@pytest.fixture(autouse=True)
+def _services(lab: LabHandle) -> None:
+    if not lab.services:
+        pytest.fail("the vslice CLI tests need the extender and webhook in the lab")
+
+
+def test_request_submits_waits_and_prints_where_the_slice_landed(
+    lab: LabHandle, namespace: str
+) -> None:
+    result = request(
+        lab,
+        "-n",
+        namespace,
+        "--memory",
+        "6Gi",
+        "--cores",
+        "15",
+        "--gpu-type",
+        "a100",
+        "--name",
+        "from-shell",
+        IMAGE,
+        "sleep",
+        "3600",
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"created pod {namespace}/from-shell" in result.stdout
+    assert f"{namespace}/from-shell on node lab-a100" in result.stdout
+    assert "6 GiB" in result.stdout and "15%" in result.stdout
+    pod = lab.read_pod(namespace, "from-shell")
+    assert pod["spec"]["containers"][0]["command"] == ["sleep", "3600"]
+
+
+def test_top_and_allocations_show_the_requested_slice(lab: LabHandle, namespace: str) -> None:
+    created = request(
+        lab,
+        "-n",
+        namespace,
+        "--memory",
+        "7Gi",
+        "--cores",
+        "35",
+        "--name",
+        "held",
+        "--gpu-type",
+        "t4",
+        IMAGE,
+    )
+    assert created.returncode == 0, created.stderr
+
+    top = vslice_cli(lab, "top", "--node", "lab-t4")
+    assert top.returncode == 0, top.stderr
+    lines = top.stdout.splitlines()
+    assert lines[0].split()[:7] == [
+        "NODE",
+        "GPU",
+        "MODEL",
+        "STATE",
+        "SLOTS",
+        "MEMORY(MiB)",
+        "CORES(%)",
+    ]
+    holder = [line for line in lines if f"{namespace}/held" in line]
+    assert len(holder) == 1 and holder[0].split()[0] == "lab-t4"
+    assert lines[-1].startswith("Allocated/total in cluster (1 nodes, 4 GPUs)")
+
+    listed = vslice_cli(lab, "allocations", "-n", namespace, "--json")
+    assert listed.returncode == 0, listed.stderr
+    (row,) = json.loads(listed.stdout)
+    assert (row["pod"], row["node"], row["memory_mib"], row["cores"]) == (
+        "held",
+        "lab-t4",
+        7168,
+        35,
+    )
+
+
+def test_bad_input_exits_2_naming_the_field_and_creates_nothing(
+    lab: LabHandle, namespace: str
+) -> None:
+    for flags, words in [
+        (["--memory", "200%"], "memory percentage must be a whole number 1..100%, got '200%'"),
+        (["--memory=-1Gi"], "'-1Gi'"),
+        (["--cores", "120"], "cores must be a whole number 0..100, got 120"),
+        (["--memory", "1Gi", "--gpu-type", "H200"], "models present: NVIDIA-A100-SXM4-80GB"),
+    ]:
+        result = request(lab, "-n", namespace, *flags, IMAGE)
+        assert result.returncode == 2, (flags, result.stderr)
+        assert words in result.stderr and "Traceback" not in result.stderr
+    assert lab.core.list_namespaced_pod(namespace).items == []
+
+
+def test_a_slice_that_cannot_fit_exits_1_with_reasons_per_node(
+    lab: LabHandle, namespace: str
+) -> None:
+    result = request(lab, "-n", namespace, "--memory", "90Gi", IMAGE)
+    assert result.returncode == 1
+    for node in lab.record.nodes:
+        assert f"{node}: not enough free GPU memory" in result.stderr
+    assert lab.core.list_namespaced_pod(namespace).items == []
+
+
+def test_dry_run_prints_the_plan_and_creates_nothing(lab: LabHandle, namespace: str) -> None:
+    result = request(
+        lab, "-n", namespace, "--dry-run", "--memory", "1Gi", "--gpu-type", "H100", IMAGE
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0] == "1 GPU, 1 GiB, type H100: fits on lab-h100"
+    assert lab.core.list_namespaced_pod(namespace).items == []

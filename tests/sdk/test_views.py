@@ -1,0 +1,108 @@
+"""Notebook and terminal output: escaped, styled by shipped CSS, with a text fallback."""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+
+from conftest import A100, node, pod
+from vslice import views
+from vslice.plans import plan_manifest, slice_manifest
+from vslice.slices import Slice
+from vslice.snapshot import ClusterSnapshot
+
+EVIL = "<script>alert(1)</script>"
+
+
+def _hostile_snapshot() -> ClusterSnapshot:
+    """A node and a pod whose names and model carry markup (the API allows odd models)."""
+    evil_node = node("node-x", f"{A100}{EVIL}", 81920, 1)
+    holder = pod("ns", "p", "node-x", [("GPU-node-x-0", 0, 1024, 10)])
+    holder["metadata"]["name"] = f"p{EVIL}"
+    return ClusterSnapshot.read([evil_node], [holder])
+
+
+def test_every_cluster_string_is_escaped_in_html() -> None:
+    snapshot = _hostile_snapshot()
+    wanted = Slice("1Gi")
+    outputs = [
+        snapshot.gpus()._repr_html_(),
+        snapshot.allocations()._repr_html_(),
+        plan_manifest(snapshot, slice_manifest(wanted), slice=wanted)._repr_html_(),
+    ]
+    for output in outputs:
+        assert "<script>" not in output
+    assert "&lt;script&gt;" in outputs[0] and "&lt;script&gt;" in outputs[1]
+
+
+def test_the_stylesheet_ships_as_package_data_and_is_embedded() -> None:
+    css = resources.files("vslice").joinpath("static/vslice.css").read_text()
+    assert ".vslice-wrap" in css
+    assert css in views.gpus_html(ClusterSnapshot().gpus())
+
+
+def test_the_rich_view_starts_hidden_behind_a_text_fallback(snapshot: ClusterSnapshot) -> None:
+    output = snapshot.gpus()._repr_html_()
+    fallback = re.search(r'<pre class="vslice-text-fallback">(.*?)</pre>', output, re.S)
+    assert fallback is not None
+    assert "node-a" in fallback.group(1) and "61440/81920" in fallback.group(1)
+    assert '<div class="vslice-wrap" style="display:none">' in output
+
+
+def test_top_text_shows_per_gpu_usage_and_cluster_totals(snapshot: ClusterSnapshot) -> None:
+    text = str(snapshot.gpus())
+    lines = text.splitlines()
+    assert lines[0].split() == [
+        "NODE",
+        "GPU",
+        "MODEL",
+        "STATE",
+        "SLOTS",
+        "MEMORY(MiB)",
+        "CORES(%)",
+        "PODS",
+    ]
+    assert lines[1].split() == [
+        "node-a",
+        "0",
+        A100,
+        "ok",
+        "2/4",
+        "61440/81920",
+        "80/100",
+        "team-a/train,team-b/infer",
+    ]
+    assert "memory 71680/179200 MiB (40%)" in lines[-1]
+    assert "slots 3/10" in lines[-1]
+
+
+def test_finished_pods_hold_nothing(snapshot: ClusterSnapshot) -> None:
+    holders = {row.holder for row in snapshot.allocations()}
+    assert holders == {"team-a/train", "team-b/infer", "team-b/small"}
+
+
+def test_allocations_can_be_filtered_by_namespace(snapshot: ClusterSnapshot) -> None:
+    rows = snapshot.allocations("team-a")
+    assert [(r.pod, r.gpu_model, r.memory_mib, r.cores) for r in rows] == [
+        ("train", A100, 40960, 50)
+    ]
+
+
+def test_tables_convert_to_pandas(snapshot: ClusterSnapshot) -> None:
+    frame = snapshot.gpus().to_pandas()
+    assert list(frame["memory_used_mib"]) == [61440, 0, 10240]
+    assert "slots_used" in frame.columns
+
+
+def test_an_empty_cluster_says_so() -> None:
+    empty = ClusterSnapshot()
+    assert "No node advertises vslice GPUs" in empty.gpus()._repr_html_()
+    assert str(empty.allocations()) == "No pod holds a GPU slice."
+
+
+def test_a_malformed_annotation_is_reported_not_raised() -> None:
+    broken = {"metadata": {"name": "bad", "annotations": {"vslice.io/node-gpus": "{not json"}}}
+    good = node("good", A100, 1024, 1)
+    snapshot = ClusterSnapshot.read([broken, good], [])
+    assert [row.node for row in snapshot.gpus()] == ["good"]
+    assert len(snapshot.problems) == 1 and snapshot.problems[0].startswith("node bad:")

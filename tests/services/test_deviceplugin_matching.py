@@ -1,0 +1,291 @@
+"""Matching Allocate calls to pods, and the answer a container gets: pure functions."""
+
+from __future__ import annotations
+
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from vslice_core import annotations as ann
+from vslice_core.errors import DecodeError, InvalidRequest
+from vslice_core.model import Allocation, ContainerAllocation, GpuGrant
+from vslice_services.deviceplugin.allocator import pod_facts
+from vslice_services.deviceplugin.delivery import Layout, delivery, environment
+from vslice_services.deviceplugin.devices import (
+    VirtualDevice,
+    gpus_of,
+    parse_device_id,
+    virtual_devices,
+)
+from vslice_services.deviceplugin.pending import PodFacts, choose, pending_containers
+from vslice_services.deviceplugin.preferred import preferred_ids
+from vslice_services.deviceplugin.settings import DevicePluginSettings
+
+NODE = "n1"
+
+
+def grant(uuid: str = "GPU-a", index: int = 0, memory: int = 1024, cores: int = 30) -> GpuGrant:
+    return GpuGrant(uuid=uuid, index=index, memory_mib=memory, cores=cores)
+
+
+def facts(
+    name: str,
+    since: str,
+    containers: dict[str, int],
+    *,
+    node: str = NODE,
+    delivered: frozenset[str] = frozenset(),
+    finished: bool = False,
+) -> PodFacts:
+    allocation = Allocation(
+        node=node,
+        containers=[
+            ContainerAllocation(name=c, gpus=[grant(f"GPU-{i}", i) for i in range(n)])
+            for c, n in containers.items()
+        ],
+    )
+    return PodFacts("ns", name, f"uid-{name}", since, allocation, delivered, finished)
+
+
+# -- pending containers and choosing one ----------------------------------------------------------
+
+
+def test_pending_containers_are_ordered_oldest_pod_first_then_container_order() -> None:
+    pods = [
+        facts("b", "2026-01-01T10:00:05Z", {"x": 1}),
+        facts("a", "2026-01-01T10:00:01Z", {"second": 1, "first": 1}),
+    ]
+    order = [(p.pod, p.container) for p in pending_containers(pods, NODE)]
+    assert order == [("a", "second"), ("a", "first"), ("b", "x")]
+
+
+def test_init_containers_are_pending_before_app_containers_of_the_same_pod() -> None:
+    allocation = Allocation(
+        node=NODE,
+        containers=[
+            ContainerAllocation(name="app", gpus=[grant()]),
+            ContainerAllocation(name="setup", init=True, gpus=[grant()]),
+        ],
+    )
+    pods = [PodFacts("ns", "p", "uid-p", "1", allocation)]
+    assert [p.container for p in pending_containers(pods, NODE)] == ["setup", "app"]
+
+
+def test_delivered_finished_foreign_and_gpu_less_containers_are_not_pending() -> None:
+    pods = [
+        facts("done", "1", {"main": 1}, delivered=frozenset({"main"})),
+        facts("over", "2", {"main": 1}, finished=True),
+        facts("elsewhere", "3", {"main": 1}, node="n2"),
+        facts("cpu", "4", {"main": 0}),
+        PodFacts("ns", "plain", "uid-plain", "5", None),
+        facts("half", "6", {"a": 1, "b": 1}, delivered=frozenset({"a"})),
+    ]
+    assert [(p.pod, p.container) for p in pending_containers(pods, NODE)] == [("half", "b")]
+
+
+def test_choose_takes_the_oldest_pending_container_of_the_requested_size() -> None:
+    pending = pending_containers(
+        [
+            facts("big", "2026-01-01T09:00:00Z", {"main": 2}),
+            facts("old", "2026-01-01T10:00:00Z", {"main": 1}),
+            facts("new", "2026-01-01T11:00:00Z", {"main": 1}),
+        ],
+        NODE,
+    )
+    chosen = choose(pending, 1, claimed=set())
+    assert chosen is not None and chosen.pod == "old"
+    chosen = choose(pending, 2, claimed=set())
+    assert chosen is not None and chosen.pod == "big"
+    assert choose(pending, 3, claimed=set()) is None
+
+
+def test_choose_skips_claimed_containers_so_concurrent_calls_get_different_pods() -> None:
+    pending = pending_containers(
+        [facts("old", "1", {"main": 1}), facts("new", "2", {"main": 1})], NODE
+    )
+    first = choose(pending, 1, claimed=set())
+    assert first is not None
+    second = choose(pending, 1, claimed={first.key})
+    assert second is not None and second.pod == "new"
+    assert choose(pending, 1, claimed={first.key, second.key}) is None
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 50), st.integers(1, 3)), min_size=1, max_size=12, unique_by=str
+    )
+)
+def test_repeated_choosing_hands_out_each_pending_container_exactly_once(
+    pods: list[tuple[int, int]],
+) -> None:
+    pending = pending_containers(
+        [facts(f"p{n}", f"{t:04d}", {"main": size}) for n, (t, size) in enumerate(pods)], NODE
+    )
+    claimed: set[tuple[str, str]] = set()
+    for size in (1, 2, 3):
+        while (item := choose(pending, size, claimed)) is not None:
+            assert item.key not in claimed
+            assert len(item.grants) == size
+            claimed.add(item.key)
+    assert claimed == {item.key for item in pending}
+
+
+# -- decoding pods --------------------------------------------------------------------------------
+
+
+def pod(annotations: dict[str, str], **meta: Any) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": "p",
+            "namespace": "ns",
+            "uid": "u1",
+            "creationTimestamp": "2026-01-01T10:00:00Z",
+            "annotations": annotations,
+            **meta,
+        },
+        "status": {"phase": "Pending"},
+    }
+
+
+def test_pod_facts_read_the_allocation_and_the_delivered_containers() -> None:
+    allocation = Allocation(node=NODE, containers=[ContainerAllocation(name="c", gpus=[grant()])])
+    delivered = ann.Delivery(node=NODE, containers=["c"], time="2026-01-01T10:00:01Z")
+    found = pod_facts(
+        pod(
+            {
+                ann.ALLOCATION: ann.encode_allocation(allocation),
+                ann.DELIVERED: ann.encode_delivered(delivered),
+            }
+        )
+    )
+    assert found.allocation == allocation
+    assert found.delivered == {"c"}
+    assert found.since == "2026-01-01T10:00:00Z"
+    assert not found.finished
+
+
+def test_a_pod_being_deleted_counts_as_finished() -> None:
+    assert pod_facts(pod({}, deletionTimestamp="2026-01-01T10:00:09Z")).finished
+
+
+@pytest.mark.parametrize("key", [ann.ALLOCATION, ann.DELIVERED])
+def test_malformed_vslice_annotations_raise_decode_error_naming_the_key(key: str) -> None:
+    with pytest.raises(DecodeError, match=key):
+        pod_facts(pod({key: "{not json"}))
+
+
+# -- device IDs -----------------------------------------------------------------------------------
+
+
+class _Gpu:
+    def __init__(self, uuid: str, index: int, slots: int, healthy: bool = True) -> None:
+        self.uuid, self.index, self.slots, self.healthy, self.numa = (
+            uuid,
+            index,
+            slots,
+            healthy,
+            index,
+        )
+
+
+def test_each_gpu_becomes_slots_devices_in_index_order() -> None:
+    devices = virtual_devices([_Gpu("GPU-b", 1, 2, healthy=False), _Gpu("GPU-a", 0, 1)])
+    assert [(d.id, d.health, d.numa) for d in devices] == [
+        ("GPU-a::0", "Healthy", 0),
+        ("GPU-b::0", "Unhealthy", 1),
+        ("GPU-b::1", "Unhealthy", 1),
+    ]
+
+
+def test_device_ids_round_trip_even_when_the_uuid_contains_colons() -> None:
+    device = VirtualDevice("MIG-GPU-a:1:0", 7)
+    assert parse_device_id(device.id) == ("MIG-GPU-a:1:0", 7)
+
+
+@pytest.mark.parametrize("bad", ["nvidia0", "GPU-a::", "::3", "GPU-a::x"])
+def test_foreign_device_ids_are_rejected_naming_the_id(bad: str) -> None:
+    with pytest.raises(InvalidRequest, match=repr(bad)):
+        parse_device_id(bad)
+
+
+def test_device_ids_of_unknown_gpus_are_rejected_listing_the_known_ones() -> None:
+    assert gpus_of(["GPU-a::1", "GPU-a::0", "GPU-b::0"], ["GPU-a", "GPU-b"]) == ["GPU-a", "GPU-b"]
+    with pytest.raises(InvalidRequest, match="known GPUs: GPU-a"):
+        gpus_of(["GPU-z::0"], ["GPU-a"])
+
+
+# -- preferred allocation -----------------------------------------------------------------
+
+AVAILABLE = ["GPU-a::0", "GPU-a::1", "GPU-b::0", "GPU-b::1", "GPU-c::0"]
+
+
+def test_preferred_ids_take_one_slot_on_each_target_gpu() -> None:
+    assert preferred_ids(AVAILABLE, [], 2, ["GPU-c", "GPU-b"]) == ["GPU-c::0", "GPU-b::0"]
+
+
+def test_preferred_ids_keep_must_include_and_spread_the_rest_over_distinct_gpus() -> None:
+    assert preferred_ids(AVAILABLE, ["GPU-a::1"], 3) == ["GPU-a::1", "GPU-b::0", "GPU-c::0"]
+
+
+def test_preferred_ids_fall_back_when_the_target_gpu_has_no_free_slot() -> None:
+    assert preferred_ids(["GPU-a::0", "GPU-a::1"], [], 1, ["GPU-b"]) == ["GPU-a::0"]
+
+
+@given(
+    st.lists(st.sampled_from(AVAILABLE), unique=True, min_size=1),
+    st.integers(1, 5),
+    st.lists(st.sampled_from(["GPU-a", "GPU-b", "GPU-c"]), unique=True),
+)
+def test_preferred_ids_are_always_distinct_available_and_never_too_many(
+    available: list[str], size: int, targets: list[str]
+) -> None:
+    chosen = preferred_ids(available, [], size, targets)
+    assert len(chosen) == min(size, len(available))
+    assert len(set(chosen)) == len(chosen)
+    assert set(chosen) <= set(available)
+
+
+# -- what the container receives ---------------------------------------------------------
+
+
+def test_environment_names_each_visible_gpu_limit_by_its_position() -> None:
+    envs = environment(
+        [grant("GPU-x", 3, 4096, 25), grant("GPU-y", 1, 2048, 25)],
+        PurePosixPath("/run/vslice/u/c/vslice.cache"),
+    )
+    assert envs == {
+        "NVIDIA_VISIBLE_DEVICES": "GPU-x,GPU-y",
+        "CUDA_DEVICE_MEMORY_SHARED_CACHE": "/run/vslice/u/c/vslice.cache",
+        "CUDA_DEVICE_SM_LIMIT": "25",
+        "CUDA_DEVICE_MEMORY_LIMIT_0": "4096m",
+        "CUDA_DEVICE_SM_LIMIT_0": "25",
+        "CUDA_DEVICE_MEMORY_LIMIT_1": "2048m",
+        "CUDA_DEVICE_SM_LIMIT_1": "25",
+    }
+
+
+def test_every_container_gets_its_own_region_path_and_host_directory() -> None:
+    layout = Layout(cache_root=Path("/var/lib/vslice/containers"))
+    one = delivery([grant()], "uid-1", "main", layout, {"GPU-a": 4})
+    two = delivery([grant()], "uid-1", "sidecar", layout, {"GPU-a": 4})
+    assert (
+        one.envs["CUDA_DEVICE_MEMORY_SHARED_CACHE"] != two.envs["CUDA_DEVICE_MEMORY_SHARED_CACHE"]
+    )
+    assert {m.host_path for m in one.mounts} & {m.host_path for m in two.mounts} == {
+        "/usr/local/vslice/lib/libvslice.so",
+        "/usr/local/vslice/ld.so.preload",
+    }
+    assert one.devices[0].host_path == "/dev/nvidia4"
+
+
+def test_node_wide_shim_settings_reach_the_container_only_when_set() -> None:
+    settings = DevicePluginSettings(
+        backend="static", inventory="x.yaml", context_overhead="300m", shim_log_level=""
+    )
+    assert settings.shim_env == {"VSLICE_CONTEXT_OVERHEAD": "300m"}
+    layout = Layout(cache_root=Path("/var/lib/vslice/containers"))
+    answer = delivery([grant()], "u", "c", layout, {}, settings.shim_env)
+    assert answer.envs["VSLICE_CONTEXT_OVERHEAD"] == "300m"
+    assert "VSLICE_LOG_LEVEL" not in answer.envs
