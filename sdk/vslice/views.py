@@ -158,22 +158,43 @@ def gpus_html(gpus: GpuTable) -> str:
     return wrap(header + "".join(sections), gpus_text(gpus))
 
 
-def gpus_text(gpus: GpuTable) -> str:
-    """Per node and GPU: slots, memory and cores allocated/total, then cluster totals."""
-    headers = ["NODE", "GPU", "MODEL", "STATE", "SLOTS", "MEMORY(MiB)", "CORES(%)", "PODS"]
-    rows = [
-        [
-            r.node,
-            str(r.index),
-            r.model,
-            _state(r),
-            f"{r.slots_used}/{r.slots}",
-            f"{r.memory_used_mib}/{r.memory_mib}",
-            f"{r.cores_used}/{r.cores}",
-            ",".join(r.pods) or "-",
-        ]
-        for r in gpus
+def _gpu_line(r: GpuRow) -> list[str]:
+    return [
+        r.node,
+        str(r.index),
+        r.model,
+        _state(r),
+        f"{r.slots_used}/{r.slots}",
+        f"{r.memory_used_mib}/{r.memory_mib}",
+        f"{r.cores_used}/{r.cores}",
+        ",".join(r.pods) or "-",
     ]
+
+
+def _node_line(node: str, rows: Sequence[GpuRow]) -> list[str]:
+    """The node's subtotal, shown under its GPUs (GPU column ``all``)."""
+    t = _totals(rows)
+    pods = len({pod for r in rows for pod in r.pods})
+    return [
+        node,
+        "all",
+        f"{len(rows)} GPUs",
+        "",
+        f"{t['slots_used']}/{t['slots']}",
+        f"{t['memory_used']}/{t['memory']}",
+        f"{t['cores_used']}/{t['cores']}",
+        f"{pods} pods",
+    ]
+
+
+def gpus_text(gpus: GpuTable) -> str:
+    """Per GPU, then per node: slots, memory and cores allocated/total; then cluster totals."""
+    headers = ["NODE", "GPU", "MODEL", "STATE", "SLOTS", "MEMORY(MiB)", "CORES(%)", "PODS"]
+    lines: list[list[str]] = []
+    for node in gpus.nodes():
+        rows = [r for r in gpus if r.node == node]
+        lines.extend(_gpu_line(r) for r in rows)
+        lines.append(_node_line(node, rows))
     t = _totals(list(gpus))
     footer = (
         f"Allocated/total in cluster ({len(gpus.nodes())} nodes, {len(gpus)} GPUs): "
@@ -182,7 +203,7 @@ def gpus_text(gpus: GpuTable) -> str:
         f"cores {t['cores_used']}/{t['cores']}% ({percent(t['cores_used'], t['cores'])}%), "
         f"slots {t['slots_used']}/{t['slots']}"
     )
-    return text_table(headers, rows) + "\n" + "-" * min(len(footer), 100) + "\n" + footer
+    return text_table(headers, lines) + "\n" + "-" * min(len(footer), 100) + "\n" + footer
 
 
 # --- Allocations -----------------------------------------------------------------------

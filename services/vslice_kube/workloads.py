@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from vslice_core.errors import ClusterError
@@ -57,7 +58,7 @@ def default_namespace(kubeconfig: Path | None) -> str:
     contexts: Any = k8s_config.list_kube_config_contexts  # untyped in the client package
     try:
         _, active = contexts(config_file=str(kubeconfig))
-    except (k8s_config.ConfigException, OSError, ValueError) as exc:
+    except (k8s_config.ConfigException, yaml.YAMLError, OSError, ValueError) as exc:
         raise ClusterError(f"kubeconfig {str(kubeconfig)!r} cannot be read: {exc}") from exc
     namespace = (active or {}).get("context", {}).get("namespace")
     return str(namespace) if namespace else "default"
@@ -83,8 +84,14 @@ class Workloads:
     def connect(cls, kubeconfig: str | os.PathLike[str] | None = None) -> tuple[Workloads, str]:
         """Connect in the SDK's lookup order; returns the calls and the default namespace."""
         path = sdk_kubeconfig(kubeconfig)
-        client = api_client(path)
-        return cls(client), default_namespace(path)
+        if path is not None and not path.is_file():
+            raise ClusterError(f"kubeconfig {str(path)!r} does not exist or is not a file")
+        namespace = default_namespace(path)  # also reports an unreadable kubeconfig clearly
+        try:
+            client = api_client(path)
+        except k8s_config.ConfigException as exc:
+            raise ClusterError(f"kubeconfig {str(path)!r} is not usable: {exc}") from exc
+        return cls(client), namespace
 
     def close(self) -> None:
         self.api_client.close()

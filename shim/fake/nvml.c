@@ -1,7 +1,9 @@
 /* A fake NVML (libnvidia-ml.so.1) over the same shared state as the fake driver. Like the real
    NVML it ignores CUDA_VISIBLE_DEVICES and lists every device. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "device.h"
 #include "vslice/nvml_abi.h"
@@ -20,6 +22,19 @@ nvmlReturn_t nvmlInit_v2(void) {
 }
 
 nvmlReturn_t nvmlInit(void) { return nvmlInit_v2(); }
+
+nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
+    (void)flags;
+    return nvmlInit_v2();
+}
+
+nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length) {
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    if (version == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    if (length < 8) return NVML_ERROR_INSUFFICIENT_SIZE;
+    snprintf(version, length, "570.00");
+    return NVML_SUCCESS;
+}
 
 nvmlReturn_t nvmlShutdown(void) {
     if (!initialized) return NVML_ERROR_UNINITIALIZED;
@@ -117,12 +132,78 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *me
     return NVML_SUCCESS;
 }
 
+nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minorNumber) {
+    NEED_DEVICE(device);
+    if (minorNumber == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    *minorNumber = device->index;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned int *node) {
+    NEED_DEVICE(device);
+    if (node == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    *node = 0;
+    return NVML_SUCCESS;
+}
+
+/* Like the real sampler: the share of the last second during which a kernel was running. */
+nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization) {
+    NEED_DEVICE(device);
+    if (utilization == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    struct fake_device_state *d = &fake_state()->dev[device->index];
+    uint64_t now = fake_now_ns(), from = now > 1000000000ull ? now - 1000000000ull : 0, busy = 0;
+    uint64_t head = __atomic_load_n(&d->head, __ATOMIC_ACQUIRE);
+    for (uint64_t i = head > FAKE_RING ? head - FAKE_RING : 0; i < head; i++) {
+        const struct fake_interval *k = &d->ring[i % FAKE_RING];
+        uint64_t start = k->start_ns > from ? k->start_ns : from, end = k->end_ns < now ? k->end_ns : now;
+        if (end > start) busy += end - start;
+    }
+    utilization->gpu = (unsigned)(busy * 100 / (now - from));
+    utilization->memory = 0;
+    return NVML_SUCCESS;
+}
+
+/* Events: the fake never has an Xid error, so a wait always times out. */
+struct nvmlEventSet_st {
+    unsigned long long types;
+};
+
+nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set) {
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    if (set == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    *set = calloc(1, sizeof **set);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long eventTypes,
+                                      nvmlEventSet_t set) {
+    NEED_DEVICE(device);
+    if (set == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    set->types |= eventTypes;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms) {
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    if (set == NULL || data == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    struct timespec ts = {timeoutms / 1000, (long)(timeoutms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+    return NVML_ERROR_TIMEOUT;
+}
+
+nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    free(set);
+    return NVML_SUCCESS;
+}
+
 const char *nvmlErrorString(nvmlReturn_t result) {
     switch (result) {
     case NVML_SUCCESS: return "Success";
     case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
     case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
     case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+    case NVML_ERROR_TIMEOUT: return "Timeout";
     default: return "Unknown Error";
     }
 }

@@ -23,11 +23,6 @@ static const struct vs_hook_entry table[] = {
 };
 enum { TABLE_SIZE = sizeof table / sizeof table[0] };
 
-const struct vs_hook_entry *vs_hook_table(int *count) {
-    *count = TABLE_SIZE;
-    return table;
-}
-
 typedef void *(*dlsym_fn)(void *, const char *);
 static dlsym_fn real_dlsym;
 static pthread_once_t dlsym_once = PTHREAD_ONCE_INIT;
@@ -42,7 +37,8 @@ static void resolve_dlsym(void) {
 
 static void resolve_library(enum vs_lib lib, const char *soname) {
     pthread_once(&dlsym_once, resolve_dlsym);
-    void *handle = dlopen(soname, RTLD_NOW | RTLD_GLOBAL);
+    /* RTLD_LOCAL: the shim only needs the handle and must not change the program's scope */
+    void *handle = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
     if (handle == NULL || real_dlsym == NULL) {
         VS_LOG(VS_ERROR, "cannot load %s (%s); its calls fail", soname,
                handle == NULL ? dlerror() : "no dlsym");

@@ -29,7 +29,6 @@ struct vs_hook_entry {
     enum vs_lib lib;
     int exported; /* 1 = hook, 0 = used only */
 };
-VS_INTERNAL const struct vs_hook_entry *vs_hook_table(int *count);
 VS_INTERNAL void vs_cuda_ready(void); /* resolves the driver's entry points once */
 VS_INTERNAL void vs_nvml_ready(void); /* resolves NVML's entry points once */
 

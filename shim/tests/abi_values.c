@@ -78,6 +78,11 @@ int main(void) {
     VALUE(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
     VALUE(NVML_ERROR_UNKNOWN);
     VALUE(NVML_DEVICE_UUID_V2_BUFFER_SIZE);
+    VALUE(NVML_ERROR_TIMEOUT);
+    SIZE(nvmlUtilization_t);
+    SIZE(nvmlEventData_t);
+    OFFSET(nvmlEventData_t, eventData);
+    OFFSET(nvmlEventData_t, computeInstanceId);
     SIZE(nvmlMemory_t);
     SIZE(nvmlMemory_v2_t);
     VALUE(nvmlMemory_v2);

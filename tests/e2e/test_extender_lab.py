@@ -180,6 +180,9 @@ def test_two_extender_replicas_never_double_book_a_gpu(
         assert free_slices(after, SLICE_MIB, SLICE_CORES) == 0
         assert len(_bound(services, emptied)) == room
         _assert_every_bound_pod_has_its_allocation(services, emptied)
+        bound = 'vslice_extender_decisions_total{reason="none",result="bound",verb="bind"}'
+        for replica in replicas:  # both replicas really booked, side by side
+            assert bound in replica.metrics(), f"{replica.name} bound nothing"
     finally:
         for replica in replicas:
             replica.stop()

@@ -9,7 +9,7 @@ import sys
 import pytest
 from conftest import LabHandle
 
-pytestmark = pytest.mark.timeout(300)  # includes starting the session lab when first
+pytestmark = pytest.mark.timeout(300)  # may include starting the shared lab
 IMAGE = "registry.invalid/sleep:1"
 
 

@@ -16,7 +16,7 @@ from conftest import LabHandle
 from vslice import ClusterError, InvalidRequest, NoFit, Slice, Timeout
 from vslice_core.annotations import NODE_GPUS, decode_node_gpus
 
-pytestmark = pytest.mark.timeout(300)  # includes starting the session lab when first
+pytestmark = pytest.mark.timeout(300)  # may include starting the shared lab
 IMAGE = "registry.invalid/sleep:1"  # kwok runs pods without pulling images
 
 

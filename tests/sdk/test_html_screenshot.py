@@ -16,6 +16,7 @@ import pytest
 from vslice.plans import plan_manifest, slice_manifest
 from vslice.slices import Slice
 from vslice.snapshot import ClusterSnapshot
+from vslice.tables import AllocationTable, Placement
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
@@ -29,6 +30,11 @@ def _browser() -> str:
     pytest.fail("headless Chromium is not installed (CI installs it: .ci/setup.d/50-sdk.sh)")
 
 
+def _placement(snapshot: ClusterSnapshot) -> Placement:
+    rows = AllocationTable(r for r in snapshot.allocations() if r.pod == "train")
+    return Placement("team-a", "train", "node-a", rows)
+
+
 def _page(snapshot: ClusterSnapshot) -> str:
     fits = Slice("30Gi", cores=30)
     too_big = Slice("70Gi", cores=30, gpus=2)
@@ -37,6 +43,7 @@ def _page(snapshot: ClusterSnapshot) -> str:
         snapshot.allocations()._repr_html_(),
         plan_manifest(snapshot, slice_manifest(fits), slice=fits)._repr_html_(),
         plan_manifest(snapshot, slice_manifest(too_big), slice=too_big)._repr_html_(),
+        _placement(snapshot)._repr_html_(),
     ]
     body = "<hr>".join(parts)
     return f"<!doctype html><html><head><meta charset='utf-8'></head><body>{body}</body></html>"

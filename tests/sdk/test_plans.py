@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import A100
+from api_objects import A100
 from vslice import InvalidRequest, NoFit, Slice
 from vslice.plans import plan_manifest, slice_manifest
 from vslice.snapshot import ClusterSnapshot

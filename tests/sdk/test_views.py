@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from importlib import resources
 
-from conftest import A100, node, pod
+from api_objects import A100, node, pod
 from vslice import views
 from vslice.plans import plan_manifest, slice_manifest
 from vslice.slices import Slice
@@ -71,6 +71,17 @@ def test_top_text_shows_per_gpu_usage_and_cluster_totals(snapshot: ClusterSnapsh
         "61440/81920",
         "80/100",
         "team-a/train,team-b/infer",
+    ]
+    assert lines[3].split() == [
+        "node-a",
+        "all",
+        "2",
+        "GPUs",
+        "2/8",
+        "61440/163840",
+        "80/200",
+        "2",
+        "pods",
     ]
     assert "memory 71680/179200 MiB (40%)" in lines[-1]
     assert "slots 3/10" in lines[-1]

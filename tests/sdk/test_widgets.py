@@ -6,7 +6,7 @@ import threading
 from types import SimpleNamespace
 
 import pytest
-from conftest import A100, cluster_objects, node, pod
+from api_objects import A100, cluster_objects, node, pod
 from vslice import InvalidRequest, Slice, VsliceError
 from vslice.snapshot import ClusterSnapshot
 from vslice.widgets import ANY_MODEL, ClusterView, SlicePicker
