@@ -17,6 +17,7 @@ Jupyter kernel (whose loop is already running and would refuse ``asyncio.run``).
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
@@ -96,12 +97,7 @@ class Client:
         why, per node. Raises InvalidRequest for a GPU type or UUID the cluster lacks."""
         wanted, manifest = self._as_manifest(request)
         ns = namespace or _manifest_namespace(manifest) or self.namespace
-        return self._plan(manifest, wanted, ns, snapshot or self.snapshot())
-
-    def _plan(
-        self, manifest: dict[str, Any], wanted: Slice | None, ns: str, snapshot: ClusterSnapshot
-    ) -> Plan:
-        return plan_manifest(snapshot, manifest, slice=wanted, namespace=ns)
+        return plan_manifest(snapshot or self.snapshot(), manifest, slice=wanted, namespace=ns)
 
     # --- creating workloads --------------------------------------------------------------
 
@@ -156,7 +152,7 @@ class Client:
         self, manifest: dict[str, Any], wanted: Slice | None, namespace: str | None, queue: bool
     ) -> Workload:
         ns = _resolve_namespace(manifest, namespace) or self.namespace
-        plan = self._plan(manifest, wanted, ns, self.snapshot())
+        plan = plan_manifest(self.snapshot(), manifest, slice=wanted, namespace=ns)
         if not queue:
             plan.raise_for_fit()
         if manifest["kind"] == "Job":
@@ -188,7 +184,7 @@ def _load_manifest(manifest: Mapping[str, Any] | str) -> dict[str, Any]:
             f"manifest must be a Pod or Job mapping, got {type(manifest).__name__}",
             field="manifest",
         )
-    body = dict(manifest)
+    body = copy.deepcopy(dict(manifest))  # never change the caller's manifest
     manifests.pod_template(body)  # validates kind and shape
     return body
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from vslice_core.annotations import ALLOCATION, NODE_GPUS, decode_allocation, decode_node_gpus
 from vslice_core.errors import DecodeError
-from vslice_core.ledger import Ledger
-from vslice_core.model import Allocation, Decision, Gpu, NodeInventory, PodRequest
+from vslice_core.ledger import Ledger, charges
+from vslice_core.model import Allocation, Decision, Gpu, GpuUsage, NodeInventory, PodRequest
 
 from vslice.tables import AllocationRow, AllocationTable, GpuRow, GpuTable
 
@@ -44,6 +44,7 @@ class ClusterSnapshot:
     inventories: dict[str, NodeInventory] = field(default_factory=dict)
     pods: list[PodAllocation] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    _ledger: Ledger | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
     def read(
@@ -87,17 +88,35 @@ class ClusterSnapshot:
     # --- what the views need ------------------------------------------------------------
 
     def ledger(self) -> Ledger:
-        """A fresh core ledger holding every node and every live allocation."""
-        ledger = Ledger()
-        for inventory in self.inventories.values():
-            ledger.set_node(inventory)
-        for pod in self.pods:
-            ledger.add(pod.uid, pod.allocation, namespace=pod.namespace)
-        return ledger
+        """The core ledger holding every node and every live allocation (built once; the
+        snapshot is a reading of one moment, and ``decide`` does not change the ledger)."""
+        if self._ledger is None:
+            ledger = Ledger()
+            for inventory in self.inventories.values():
+                ledger.set_node(inventory)
+            for pod in self.pods:
+                ledger.add(pod.uid, pod.allocation, namespace=pod.namespace)
+            self._ledger = ledger
+        return self._ledger
 
     def decide(self, request: PodRequest) -> Decision:
         """The engine's answer with every node's verdict (``explain=True``)."""
         return self.ledger().decide(request, explain=True)
+
+    def usage(self) -> dict[tuple[str, str], GpuUsage]:
+        """(node, GPU UUID) -> what live allocations take, counted by the core's ``charges``
+        (the ledger's own rule: per GPU, the larger of init peak and app containers)."""
+        totals: dict[tuple[str, str], GpuUsage] = {}
+        for pod in self.pods:
+            for uuid, charge in charges(pod.allocation).items():
+                key = (pod.allocation.node, uuid)
+                before = totals.get(key, GpuUsage())
+                totals[key] = GpuUsage(
+                    slots=before.slots + charge.slots,
+                    memory_mib=before.memory_mib + charge.memory_mib,
+                    cores=before.cores + charge.cores,
+                )
+        return totals
 
     def gpu_models(self) -> list[str]:
         return sorted({gpu.model for inv in self.inventories.values() for gpu in inv.gpus})
@@ -110,13 +129,12 @@ class ClusterSnapshot:
         return next((g for g in inventory.gpus if g.uuid == uuid), None) if inventory else None
 
     def gpus(self) -> GpuTable:
-        ledger = self.ledger()
+        usage = self.usage()
         holders = self._holders()
         rows = []
         for name in sorted(self.inventories):
-            usage = ledger.gpu_usage(name)
             for gpu in sorted(self.inventories[name].gpus, key=lambda g: g.index):
-                used = usage.get(gpu.uuid)
+                used = usage.get((name, gpu.uuid))
                 rows.append(
                     GpuRow(
                         node=name,

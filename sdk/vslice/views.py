@@ -19,6 +19,11 @@ from vslice.plans import Plan, explain
 from vslice.slices import format_mib
 from vslice.tables import AllocationRow, AllocationTable, GpuRow, GpuTable, Placement
 
+# Beyond this many GPUs the HTML inventory lists nodes one line each.
+MAX_DETAILED_GPUS = 256
+MAX_FALLBACK_LINES = 200
+MAX_HTML_ROWS = 500
+
 
 @functools.cache
 def stylesheet() -> str:
@@ -134,28 +139,81 @@ def _summary_chips(totals: dict[str, int]) -> str:
     return "".join(f'<span class="vslice-chip">{esc(c)}</span>' for c in (memory, cores, slots))
 
 
-def gpus_html(gpus: GpuTable) -> str:
+def by_node(gpus: Iterable[GpuRow]) -> dict[str, list[GpuRow]]:
+    """Rows grouped by node, nodes in name order (one pass, not one per node)."""
+    groups: dict[str, list[GpuRow]] = {}
+    for row in gpus:
+        groups.setdefault(row.node, []).append(row)
+    return dict(sorted(groups.items()))
+
+
+def _node_details(node: str, rows: list[GpuRow]) -> str:
     headers = ["#", "GPU", "state", "slots", "memory", "cores", "pods"]
-    nodes = gpus.nodes()
-    sections = []
-    for node in nodes:
-        rows = [r for r in gpus if r.node == node]
-        totals = _totals(rows)
-        summary = (
-            f'<summary><span class="vslice-node">{esc(node)}</span> '
-            f'<span class="vslice-muted">{len(rows)} GPUs</span> {_summary_chips(totals)}</summary>'
+    summary = (
+        f'<summary><span class="vslice-node">{esc(node)}</span> '
+        f'<span class="vslice-muted">{len(rows)} GPUs</span> {_summary_chips(_totals(rows))}'
+        "</summary>"
+    )
+    return f"<details open>{summary}{table(headers, map(_gpu_cells, rows), set())}</details>"
+
+
+def _node_summaries(groups: dict[str, list[GpuRow]]) -> str:
+    """One compact row per node, for the nodes past the detailed ones."""
+    rows = []
+    for node, gpu_rows in groups.items():
+        t = _totals(gpu_rows)
+        rows.append(
+            [
+                esc(node),
+                str(len(gpu_rows)),
+                meter(t["slots_used"], t["slots"], f"{t['slots_used']}/{t['slots']}"),
+                meter(
+                    t["memory_used"],
+                    t["memory"],
+                    f"{format_mib(t['memory_used'])} / {format_mib(t['memory'])}",
+                ),
+                meter(t["cores_used"], t["cores"], f"{t['cores_used']}/{t['cores']}%"),
+            ]
         )
+    return table(["node", "GPUs", "slots", "memory", "cores"], rows, {1})
+
+
+def gpus_html(gpus: GpuTable) -> str:
+    """Per node a collapsible GPU table; past ``MAX_DETAILED_GPUS`` one summary row per node
+    (a notebook output of megabytes helps nobody; ``to_pandas()`` has every row)."""
+    groups = by_node(gpus)
+    sections: list[str] = []
+    shown = 0
+    for node, rows in groups.items():
+        if shown + len(rows) > MAX_DETAILED_GPUS and sections:
+            break
+        sections.append(_node_details(node, rows))
+        shown += len(rows)
+    rest = dict(list(groups.items())[len(sections) :])
+    if rest:
         sections.append(
-            f"<details open>{summary}{table(headers, map(_gpu_cells, rows), set())}</details>"
+            f'<p class="vslice-muted">{len(rest)} more nodes, one line each '
+            "(<code>.to_pandas()</code> has every GPU):</p>" + _node_summaries(rest)
         )
     header = (
         f'<div class="vslice-header"><span class="vslice-title">GPU inventory</span>'
-        f'<span class="vslice-muted">{len(nodes)} nodes, {len(gpus)} GPUs</span>'
+        f'<span class="vslice-muted">{len(groups)} nodes, {len(gpus)} GPUs</span>'
         f"{_summary_chips(_totals(list(gpus)))}</div>"
     )
-    if not nodes:
+    if not groups:
         sections.append('<p class="vslice-muted">No node advertises vslice GPUs.</p>')
-    return wrap(header + "".join(sections), gpus_text(gpus))
+    return wrap(header + "".join(sections), truncated(gpus_text(gpus)))
+
+
+def truncated(text: str, max_lines: int = MAX_FALLBACK_LINES) -> str:
+    """The text fallback inside HTML output, cut to its first lines and its last line."""
+    lines = text.splitlines()
+    if len(lines) <= max_lines:
+        return text
+    cut = len(lines) - max_lines
+    return "\n".join(
+        [*lines[: max_lines - 1], f"... {cut} more lines (print() shows all)", lines[-1]]
+    )
 
 
 def _gpu_line(r: GpuRow) -> list[str]:
@@ -191,8 +249,7 @@ def gpus_text(gpus: GpuTable) -> str:
     """Per GPU, then per node: slots, memory and cores allocated/total; then cluster totals."""
     headers = ["NODE", "GPU", "MODEL", "STATE", "SLOTS", "MEMORY(MiB)", "CORES(%)", "PODS"]
     lines: list[list[str]] = []
-    for node in gpus.nodes():
-        rows = [r for r in gpus if r.node == node]
+    for node, rows in by_node(gpus).items():
         lines.extend(_gpu_line(r) for r in rows)
         lines.append(_node_line(node, rows))
     t = _totals(list(gpus))
@@ -225,7 +282,10 @@ def _allocation_row(row: AllocationRow) -> list[str]:
 
 
 def allocations_html(allocations: AllocationTable) -> str:
-    rows = [[esc(cell) for cell in _allocation_row(r)] for r in allocations]
+    rows = [[esc(cell) for cell in _allocation_row(r)] for r in allocations[:MAX_HTML_ROWS]]
+    if len(allocations) > MAX_HTML_ROWS:
+        more = f"... {len(allocations) - MAX_HTML_ROWS} more (.to_pandas() has every row)"
+        rows.append([esc(more), *[""] * (len(_ALLOCATION_HEADERS) - 1)])
     pods = len({r.holder for r in allocations})
     header = (
         f'<div class="vslice-header"><span class="vslice-title">GPU allocations</span>'
@@ -236,7 +296,7 @@ def allocations_html(allocations: AllocationTable) -> str:
         if rows
         else '<p class="vslice-muted">No pod holds a GPU slice.</p>'
     )
-    return wrap(header + body, allocations_text(allocations))
+    return wrap(header + body, truncated(allocations_text(allocations)))
 
 
 def allocations_text(allocations: AllocationTable) -> str:

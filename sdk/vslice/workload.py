@@ -86,14 +86,13 @@ class Workload:
 
     def _models(self, node: str) -> dict[str, str]:
         """GPU UUID -> model from the node's inventory (empty when it cannot be read)."""
-        nodes = [n for n in self._calls.list_nodes() if n["metadata"]["name"] == node]
-        value = (nodes[0]["metadata"].get("annotations") or {}).get(NODE_GPUS) if nodes else None
-        if value is None:
-            return {}
         try:
-            return {gpu.uuid: gpu.model for gpu in decode_node_gpus(value, node).gpus}
-        except DecodeError:
-            return {}
+            found = self._calls.get_node(node)
+            value = (found["metadata"].get("annotations") or {}).get(NODE_GPUS)
+            inventory = decode_node_gpus(str(value), node) if value is not None else None
+        except (ClusterError, DecodeError):
+            inventory = None  # gone or unreadable: the grants still say where and how much
+        return {gpu.uuid: gpu.model for gpu in inventory.gpus} if inventory else {}
 
     # --- waiting -----------------------------------------------------------------------
 

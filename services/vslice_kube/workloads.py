@@ -105,6 +105,12 @@ class Workloads:
             )
         return list(body.get("items") or [])
 
+    def get_node(self, name: str) -> dict[str, Any]:
+        with translated(f"get node {name}"):
+            return _body(
+                self._core.read_node(name, _preload_content=False, _request_timeout=self._timeout)
+            )
+
     def list_pods(
         self, namespace: str | None = None, *, label_selector: str | None = None
     ) -> list[dict[str, Any]]:

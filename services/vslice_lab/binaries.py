@@ -28,6 +28,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from vslice_lab.versions import ETCD_SOURCE_VERSION, KUBERNETES_VERSION, KWOK_VERSION
 
@@ -212,7 +213,7 @@ def _build(version: str, missing: Sequence[str], *, quiet: bool) -> None:
 
 
 def _run_logged(
-    component: str, command: list[str], workdir: Path, out: object, log: Path, go: str
+    component: str, command: list[str], workdir: Path, out: IO[str], log: Path, go: str
 ) -> None:
     env = {
         **os.environ,
@@ -222,7 +223,7 @@ def _run_logged(
     }
     result = subprocess.run(
         command, cwd=workdir, env=env, stdout=out, stderr=subprocess.STDOUT, check=False
-    )  # type: ignore[call-overload]
+    )
     if result.returncode != 0:
         raise BinaryError(
             f"building {component} failed (exit {result.returncode}); see {log}",

@@ -70,10 +70,7 @@ def etcd(binaries: Binaries, data_dir: Path, port: int, peer_port: int) -> Compo
     ]
     if _etcd_supports_no_fsync(binaries.etcd):
         argv.append("--unsafe-no-fsync")
-    # Debian's etcd 3.4 refuses to start on some architectures without this; harmless here.
-    return Component(
-        "etcd", argv, Probe(f"{client_url}/health"), {"ETCD_UNSUPPORTED_ARCH": "amd64"}, port
-    )
+    return Component("etcd", argv, Probe(f"{client_url}/health"), port=port)
 
 
 def kube_apiserver(

@@ -226,7 +226,8 @@ def _services(
             "scheduler_name": "vslice-scheduler",
         },
     )
-    extender_probe = Probe(f"http://{HOST}:{ports['vslice-scheduler']}/healthz")
+    # /readyz: the extender answers filter/bind only once its ledger is loaded.
+    extender_probe = Probe(f"http://{HOST}:{ports['vslice-scheduler']}/readyz")
     webhook_probe = Probe(f"https://{HOST}:{ports['vslice-webhook']}/healthz", ca=certs.ca.cert)
     return [
         components.vslice_service("scheduler", extender, extender_probe, ports["vslice-scheduler"]),
@@ -423,6 +424,6 @@ def _probes(layout: Layout, record: LabRecord) -> dict[str, Probe]:
         ),
         "kube-scheduler": Probe(f"https://{HOST}:{port['kube-scheduler']}/healthz", ca=ca),
         "kwok": Probe(f"http://{HOST}:{port['kwok']}/healthz"),
-        "vslice-scheduler": Probe(f"http://{HOST}:{port['vslice-scheduler']}/healthz"),
+        "vslice-scheduler": Probe(f"http://{HOST}:{port['vslice-scheduler']}/readyz"),
         "vslice-webhook": Probe(f"https://{HOST}:{port['vslice-webhook']}/healthz", ca=ca),
     }

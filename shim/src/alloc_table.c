@@ -44,16 +44,19 @@ void vs_table_put(enum vs_kind kind, uint64_t key, int dev, uint64_t bytes) {
     struct shard *s = shard_of(kind, key);
     lock(s);
     struct entry *e = s->spare;
-    if (e != NULL) {
+    if (e != NULL) { /* the common case: one short critical section, no malloc */
         s->spare = e->next;
         s->spare_count--;
+        *e = (struct entry){key, bytes, dev, kind, s->head};
+        s->head = e;
+        unlock(s);
+        return;
     }
     unlock(s);
-    if (e == NULL && (e = malloc(sizeof *e)) == NULL)
+    if ((e = malloc(sizeof *e)) == NULL)
         return; /* the free will pass through uncounted: the memory stays charged */
-    *e = (struct entry){key, bytes, dev, kind, NULL};
     lock(s);
-    e->next = s->head;
+    *e = (struct entry){key, bytes, dev, kind, s->head};
     s->head = e;
     unlock(s);
 }

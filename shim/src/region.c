@@ -161,15 +161,17 @@ static uint64_t start_time_of(int pid) {
     return value;
 }
 
-static int slot_alive(const vs_region_slot *s) {
+/* Thorough checks also read /proc to tell a reused pid apart; quick ones only ask kill(). */
+static int slot_alive(const vs_region_slot *s, int thorough) {
     if (kill(s->pid, 0) != 0 && errno == ESRCH) return 0;
+    if (!thorough) return 1;
     uint64_t now = start_time_of(s->pid);
     return now == 0 || s->start_time == 0 || now == s->start_time;
 }
 
 /* Under the lock: free the slots of dead processes and rebuild every device total from the
    live slots, which also repairs an update that a dying holder left half-done. */
-static void reclaim(void) {
+static void reclaim(int thorough) {
     vs_region_header *h = &region->header;
     uint64_t totals[VS_MAX_DEVICES] = {0};
     for (uint32_t i = 0; i < h->slot_hwm && i < VS_MAX_SLOTS; i++) {
@@ -177,7 +179,7 @@ static void reclaim(void) {
         if (s->pid == 0) continue;
         /* our own pid in another slot: left by this process before it called exec() */
         int stale = s != slot && s->pid == getpid();
-        if (s != slot && (stale || !slot_alive(s))) {
+        if (s != slot && (stale || !slot_alive(s, thorough))) {
             VS_LOG(VS_INFO, "reclaimed the slot of exited process %d", s->pid);
             memset(s, 0, sizeof *s);
             continue;
@@ -187,12 +189,27 @@ static void reclaim(void) {
     for (int d = 0; d < VS_MAX_DEVICES; d++) region->devices[d].mem_used = totals[d];
 }
 
+static void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#else
+    __asm__ __volatile__("" ::: "memory");
+#endif
+}
+
+/* Critical sections are a few loads and stores: spin briefly before sleeping in the kernel,
+   which is what makes threads allocating at once cheap. */
 int vs_region_lock(void) {
-    int rc = pthread_mutex_lock(lock_of(region));
+    int rc = EBUSY;
+    for (int i = 0; i < 200 && rc == EBUSY; i++) {
+        rc = pthread_mutex_trylock(lock_of(region));
+        if (rc == EBUSY) cpu_relax();
+    }
+    if (rc == EBUSY) rc = pthread_mutex_lock(lock_of(region));
     if (rc == EOWNERDEAD) {
         VS_LOG(VS_INFO, "a process died holding the region lock; repairing the accounts");
         region->header.recoveries++;
-        reclaim();
+        reclaim(1);
         pthread_mutex_consistent(lock_of(region));
         rc = 0;
     }
@@ -204,7 +221,7 @@ void vs_region_unlock(void) { pthread_mutex_unlock(lock_of(region)); }
 
 static void take_slot(void) {
     if (vs_region_lock() != 0) return;
-    reclaim();
+    reclaim(0); /* cheap: many processes may start at once */
     vs_region_header *h = &region->header;
     for (uint32_t i = 0; i < VS_MAX_SLOTS; i++) {
         vs_region_slot *s = &region->slots[i];
@@ -236,6 +253,7 @@ __attribute__((destructor)) static void give_back_slot(void) {
 
 /* After fork the child is a new process: it takes its own slot when it first allocates. */
 static void after_fork_in_child(void) {
+    pthread_mutex_init(&local_lock, NULL); /* another parent thread may have held it */
     slot = NULL;
     memset(device_map, 0, sizeof device_map);
     vs_table_forget_all();
@@ -328,7 +346,7 @@ static int fits(const vs_region_device *d, uint64_t bytes) {
 int vs_reserve(int dev, uint64_t bytes, int context) {
     if (vs_region_lock() != 0) return 0; /* a broken lock never fails the user's program */
     vs_region_device *d = &region->devices[dev];
-    if (!context && !fits(d, bytes)) reclaim(); /* memory of a killed process comes back */
+    if (!context && !fits(d, bytes)) reclaim(1); /* memory of a killed process comes back */
     int ok = context || fits(d, bytes);
     if (ok) {
         d->mem_used += bytes;
@@ -371,7 +389,7 @@ void vs_device_usage(int dev, uint64_t *limit, uint64_t *used) {
     }
     if (now - last_reclaim > 100000000ull) { /* at most every 100 ms: it reads /proc */
         last_reclaim = now;
-        reclaim();
+        reclaim(0);
     }
     *limit = region->devices[dev].mem_limit;
     *used = region->devices[dev].mem_used;

@@ -20,6 +20,7 @@
  *                        (cuLaunchCooperativeKernel)
  *   graph:<seconds>:<us>:<nodes>   launch a graph of <nodes> <us>-microsecond kernels
  *   spin:<seconds>:<us>  the same with the PTX spin kernel (real GPU: SM clock cycles)
+ *   version              cuDriverGetVersion
  *   hold                 print "ready" and wait to be killed          sleep:<ms>
  */
 #include <dlfcn.h>
@@ -337,6 +338,10 @@ static void run(const char *arg) {
         do_graph((double)a, (unsigned)b, (unsigned)c);
     } else if (ARGS("spin:%lu:%lu", &a, &b) == 2) {
         do_kernels("spin", (double)a, (unsigned)b, 1, "plain");
+    } else if (strcmp(arg, "version") == 0) {
+        int version = 0;
+        r = cuDriverGetVersion(&version);
+        printf("version %d value=%d\n", r, version);
     } else if (ARGS("sleep:%lu", &a) == 1) {
         usleep((useconds_t)a * 1000);
     } else if (strcmp(arg, "hold") == 0) {

@@ -183,6 +183,7 @@ def test_two_extender_replicas_never_double_book_a_gpu(
         bound = 'vslice_extender_decisions_total{reason="none",result="bound",verb="bind"}'
         for replica in replicas:  # both replicas really booked, side by side
             assert bound in replica.metrics(), f"{replica.name} bound nothing"
+            assert replica.stop() == 0, f"{replica.name} did not stop cleanly on SIGTERM"
     finally:
         for replica in replicas:
             replica.stop()

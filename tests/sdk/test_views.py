@@ -117,3 +117,19 @@ def test_a_malformed_annotation_is_reported_not_raised() -> None:
     snapshot = ClusterSnapshot.read([broken, good], [])
     assert [row.node for row in snapshot.gpus()] == ["good"]
     assert len(snapshot.problems) == 1 and snapshot.problems[0].startswith("node bad:")
+
+
+def test_the_gpu_view_counts_usage_exactly_as_the_ledger(snapshot: ClusterSnapshot) -> None:
+    ledger = snapshot.ledger()
+    for row in snapshot.gpus():
+        used = ledger.gpu_usage(row.node).get(row.uuid)
+        expected = (used.slots, used.memory_mib, used.cores) if used else (0, 0, 0)
+        assert (row.slots_used, row.memory_used_mib, row.cores_used) == expected
+
+
+def test_a_large_inventory_lists_later_nodes_one_line_each() -> None:
+    nodes = [node(f"n-{i:03d}", A100, 81920, 8) for i in range(40)]
+    output = ClusterSnapshot.read(nodes, []).gpus()._repr_html_()
+    assert output.count("<details") == views.MAX_DETAILED_GPUS // 8
+    assert f"{40 - views.MAX_DETAILED_GPUS // 8} more nodes, one line each" in output
+    assert "n-039" in output

@@ -47,3 +47,10 @@ def test_every_lookup_path_returns_the_hook(probe: Probe) -> None:
             assert via_dlsym == "ok", name
         else:
             assert (via_dlsym, via_procaddr) == ("ok", "ok"), name
+
+
+def test_another_interposer_using_rtld_next_still_works(probe: Probe) -> None:
+    preload = f"{probe.build / 'libvslice.so'}:{probe.build / 'tests' / 'libnext_wrapper.so'}"
+    out = probe.run("version", LD_PRELOAD=preload, CUDA_DEVICE_MEMORY_LIMIT="1g", timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.values("version") == {"value": 12081}  # the fake's 12080, plus the wrapper's 1

@@ -6,7 +6,7 @@ from __future__ import annotations
 import signal
 import subprocess
 
-from conftest import GIB, MIB, Probe
+from conftest import GIB, MIB, Outcome, Probe
 from vslice_shim import open_region
 
 CUDA_SUCCESS = 0
@@ -92,11 +92,19 @@ def test_the_region_file_is_writable_by_every_user_of_the_container(probe: Probe
 
 
 def test_processes_allocating_at_once_never_exceed_the_slice(probe: Probe) -> None:
-    env = _container(probe)
-    workers = [probe.start("ctx:0", "stress:4:200:32m", "info", **env) for _ in range(4)]
+    # The fake card is exactly as large as the slice: any allocation the shim let through
+    # beyond the slice would be refused by the driver instead, without the shim's log line.
+    env = _container(probe, CUDA_DEVICE_MEMORY_LIMIT="64m", VSLICE_CONTEXT_OVERHEAD="0")
+    env |= {"FAKE_CUDA_TOTAL_MEM": "64m", "VSLICE_LOG_LEVEL": "info"}
+    workers = [probe.start("ctx:0", "stress:4:500:40m", **env) for _ in range(4)]
+    refused_total = 0
     for worker in workers:
         stdout, stderr = worker.communicate(timeout=120)
-        assert "failures=0" in stdout, stdout + stderr
+        stress = Outcome(worker.returncode, stdout, stderr).values("stress")
+        assert stress["failures"] == 0, stdout + stderr
+        assert stress["refused"] == stderr.count("refused: beyond the memory slice")
+        refused_total += stress["refused"]
+    assert refused_total > 0  # the slice was really contended
     with open_region(probe.region) as region:
         snap = region.snapshot()
     assert snap.devices[0].memory_used == 0

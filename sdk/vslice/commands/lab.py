@@ -9,6 +9,7 @@ inventory file, say).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
@@ -50,6 +51,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 action="append",
                 default=[],
                 help="directory of prebuilt etcd/kube-*/kwok (before $KUBEBUILDER_ASSETS, cache)",
+            )
+            sub.add_argument(
+                "--example",
+                action="store_true",
+                help="then submit a first sliced pod (`vslice request`) and show where it landed",
             )
             sub.add_argument(
                 "--no-services",
@@ -100,8 +106,38 @@ def _up(args: argparse.Namespace) -> int:
         f"up: API server {record.server}, {len(record.nodes)} simulated node(s), "
         f"logs in {layout.logs}; stop with `vslice lab down --state-dir {args.state_dir}`"
     )
-    print(f"export KUBECONFIG={layout.kubeconfig}")
+    print(f"export KUBECONFIG={layout.kubeconfig}", flush=True)
+    if args.example:
+        return _example(layout.kubeconfig, services=bool(record.extender_url))
     return 0
+
+
+EXAMPLE_REQUEST = [
+    "--name",
+    "example-slice",
+    "--memory",
+    "10Gi",
+    "--cores",
+    "30",
+    "python:3.12-slim",
+    "python",
+    "-c",
+    "print('hello from a GPU slice')",
+]
+
+
+def _example(kubeconfig: Path, *, services: bool) -> int:
+    """Submit a first sliced pod through ``vslice request``; its output goes to stderr so that
+    stdout stays the single export line."""
+    from vslice.cli import main
+
+    if not services:
+        _progress("--example needs the vslice extender and webhook, which are not running")
+        return 1
+    argv = ["request", "--kubeconfig", str(kubeconfig), *EXAMPLE_REQUEST]
+    _progress("example: vslice " + " ".join(argv))
+    with contextlib.redirect_stdout(sys.stderr):
+        return main(argv)
 
 
 def _down(args: argparse.Namespace) -> int:

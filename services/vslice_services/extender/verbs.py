@@ -6,25 +6,23 @@ next pod's filter, which the scheduler may run before this pod's bind, already s
 When nothing fits, every node gets its reasons (``"vslice: insufficient_memory x2"``) as
 unresolvable: preempting other pods would not free GPU slices the scheduler cannot see.
 
-**Bind** takes the node lock (shared with other replicas through the node annotation), merges
-the allocations the API server shows on that node *now* into the ledger (another replica may
-have bound there a moment ago), re-checks and records this pod's slices, writes the
+**Bind** enters the node's gate (the node lock, shared with other replicas through the node
+annotation; when it comes from another holder, the allocations the API server shows on that
+node *now* are merged into the ledger first), re-checks and records this pod's slices, writes the
 ``vslice.io/allocation`` annotation, then creates the Binding. Any failure releases the
 slices and removes an annotation already written, and the scheduler retries the pod.
 
-Lock order: the node's thread lock (binds of this replica queue there), then the node lock
-in the API server, then the ledger's own lock inside each ledger call; nothing here waits for
-a lock while holding one that comes later in this order.
+Binds of this replica to one node run side by side under one hold of that node's lock
+(:mod:`~vslice_services.extender.nodegate`); the ledger books each of them atomically. Lock
+order: the node gate's condition, never held across an API call; the ledger's own lock,
+taken inside each ledger call only.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from vslice_core.annotations import ALLOCATION, decode_allocation, encode_allocation
@@ -38,6 +36,7 @@ from vslice_kube.nodelock import Held, LockBusy
 from vslice_services.canonical_quantities import plain_memory
 from vslice_services.extender.feed import FINISHED_PHASES, Holds
 from vslice_services.extender.metrics import ExtenderMetrics
+from vslice_services.extender.nodegate import NodeGates
 from vslice_services.extender.protocol import (
     MAX_SCORE,
     BindingArgs,
@@ -94,7 +93,7 @@ class Extender:
         self._metrics = metrics
         self._names = names
         self._synced = synced
-        self._gates = NodeGates()
+        self._gates = NodeGates(cluster) if cluster is not None else None
 
     # ----- filter ------------------------------------------------------------------------
     def filter(self, args: ExtenderArgs) -> dict[str, Any]:
@@ -197,7 +196,7 @@ class Extender:
         return {"Error": ""}
 
     def _bind(self, args: BindingArgs) -> Allocation:
-        if self._cluster is None:
+        if self._cluster is None or self._gates is None:
             raise BindFailed("this extender has no cluster access to bind with", "no_cluster")
         if not self._synced():
             raise BindFailed("ledger still loading from the cluster, retry", "not_synced")
@@ -207,8 +206,8 @@ class Extender:
             done = _already_bound(pod, args)
             if done is not None:
                 return done
-            with self._gates.entered(args.node, self._cluster) as others_since:
-                return self._bind_locked(request, args, others_since=others_since)
+            with self._gates.entered(args.node, lambda: self._catch_up(args.node)):
+                return self._bind_locked(request, args)
         except LockBusy as exc:
             self._forget(args.pod_uid)
             raise BindFailed(str(exc), "lock_busy") from exc
@@ -236,11 +235,7 @@ class Extender:
         except InvalidRequest as exc:
             raise BindFailed(str(exc), "invalid") from exc
 
-    def _bind_locked(
-        self, request: PodRequest, args: BindingArgs, *, others_since: bool
-    ) -> Allocation:
-        if others_since:
-            self._merge_node(args.node, exclude=args.pod_uid)
+    def _bind_locked(self, request: PodRequest, args: BindingArgs) -> Allocation:
         allocation = self._book(request, args.node)
         written = False
         try:
@@ -280,17 +275,13 @@ class Extender:
                 next(iter(reasons), "nofit"),
             ) from exc
 
-    def _merge_node(self, node: str, exclude: str) -> None:
+    def _catch_up(self, node: str) -> None:
         """Record every allocation the API server shows on the node now (other replicas')."""
         for pod in self._cluster_checked().pods_on_node(node):
             metadata = pod.get("metadata") or {}
             uid = str(metadata.get("uid", ""))
             value = (metadata.get("annotations") or {}).get(ALLOCATION)
-            if (
-                uid == exclude
-                or value is None
-                or (pod.get("status") or {}).get("phase") in FINISHED_PHASES
-            ):
+            if value is None or (pod.get("status") or {}).get("phase") in FINISHED_PHASES:
                 continue
             try:
                 self.ledger.add(
@@ -326,51 +317,3 @@ def _already_bound(pod: dict[str, Any], args: BindingArgs) -> Allocation | None:
         return decode_allocation(str(value))
     except DecodeError as exc:
         raise BindFailed(str(exc), "bad_annotation") from exc
-
-
-@dataclass
-class _Gate:
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    waiting: int = 0
-    kept: Held | None = None
-
-
-class NodeGates:
-    """Binds to one node, one at a time per replica, under the node lock.
-
-    Binds of this replica queue on the node's thread lock. The node lock (shared with other
-    replicas) is kept from one bind to the next while more binds of this replica wait for
-    the node and at most half its TTL has passed, so a burst of binds to one node costs one
-    lock round trip instead of one per pod; other replicas wait for the end of the burst.
-    """
-
-    def __init__(self) -> None:
-        self._gates: dict[str, _Gate] = {}
-        self._guard = threading.Lock()
-
-    @contextmanager
-    def entered(self, node: str, cluster: Cluster) -> Iterator[bool]:
-        """Yields whether another replica may have booked on the node since our last bind."""
-        with self._guard:
-            gate = self._gates.setdefault(node, _Gate())
-            gate.waiting += 1
-        with gate.lock:
-            with self._guard:
-                gate.waiting -= 1
-                held, gate.kept = gate.kept, None
-            if held is not None and time.monotonic() >= held.renew_after:
-                cluster.unlock_node(held)
-                held = None
-            others_since = held is None
-            if held is None:
-                held = cluster.lock_node(node)
-                others_since = held.others_since
-            try:
-                yield others_since
-            finally:
-                with self._guard:
-                    keep = gate.waiting > 0 and time.monotonic() < held.renew_after
-                    if keep:
-                        gate.kept = held
-                if not keep:
-                    cluster.unlock_node(held)

@@ -56,7 +56,7 @@ typedef struct vs_region_slot {
     int32_t pid;              /* 0 = free; a pid of the container's pid namespace */
     uint32_t flags;           /* reserved, 0 */
     uint64_t start_time;      /* /proc/<pid>/stat starttime: tells a reused pid apart */
-    uint64_t last_seen_ns;    /* CLOCK_REALTIME of the process's last call into the shim */
+    uint64_t last_seen_ns;    /* CLOCK_REALTIME of the process's last allocation or free */
     uint64_t used[VS_MAX_DEVICES]; /* bytes held per device, context overhead included */
     uint64_t ctx[VS_MAX_DEVICES];  /* the context overhead part of used[] */
     uint8_t reserved[40];

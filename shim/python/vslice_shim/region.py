@@ -48,7 +48,7 @@ class ProcessSlot:
     slot: int
     pid: int  # pid in the container's pid namespace
     start_time: int  # /proc/<pid>/stat starttime (clock ticks after boot)
-    last_seen: float  # unix time of the process's last call into the shim
+    last_seen: float  # unix time of the process's last allocation or free
     memory_used: tuple[int, ...]  # bytes per device index, context overhead included
     context_memory: tuple[int, ...]  # the context overhead part of memory_used
 
@@ -235,10 +235,14 @@ def create_region(
         entry.mem_limit = limit.memory_limit
         entry.sm_limit = limit.sm_limit
     header.magic = magic
+    # Written beside and renamed into place: a file that is mapped is never truncated under
+    # its readers (that would be SIGBUS for them), they keep the old one until they reopen.
     name = os.fspath(path)
-    fd = os.open(name, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o666)
+    temporary = f"{name}.{os.getpid()}.tmp"
+    fd = os.open(temporary, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o666)
     try:
         os.fchmod(fd, 0o666)
         os.write(fd, bytes(buffer))
     finally:
         os.close(fd)
+    os.replace(temporary, name)
