@@ -179,9 +179,9 @@ def test_a_global_limit_applies_to_every_device(probe: Probe) -> None:
 def test_many_threads_allocating_at_once_keep_the_accounts_exact(probe: Probe) -> None:
     out = probe.run(
         "ctx:0",
-        "stress:16:400:8m",
+        "stress:16:400:40m",
         "info",
-        CUDA_DEVICE_MEMORY_LIMIT="64m",  # 16 threads x 8 MiB do not all fit: some are refused
+        CUDA_DEVICE_MEMORY_LIMIT="64m",  # two threads holding 40 MiB at once do not fit
         CUDA_DEVICE_MEMORY_SHARED_CACHE=str(probe.region),
         timeout=120,
     )

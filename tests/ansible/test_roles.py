@@ -1,0 +1,216 @@
+"""Static checks of the roles: lint, documented and validated variables, preflight messages."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from bringup import HERE, ROLE_NAMES, ROLES, ROOT, run, tool
+
+
+def _defaults(role: str) -> dict[str, object]:
+    data = yaml.safe_load((ROLES / role / "defaults" / "main.yml").read_text()) or {}
+    assert isinstance(data, dict)
+    return data
+
+
+def _spec_options(role: str) -> dict[str, dict[str, object]]:
+    specs = yaml.safe_load((ROLES / role / "meta" / "argument_specs.yml").read_text())
+    options = specs["argument_specs"]["main"]["options"]
+    assert isinstance(options, dict)
+    return options
+
+
+def test_every_role_has_the_standard_layout() -> None:
+    assert ROLE_NAMES == [
+        "nvidia_container_toolkit",
+        "nvidia_driver",
+        "vslice_control_plane",
+        "vslice_node",
+        "vslice_release",
+    ]
+    for role in ROLE_NAMES:
+        for part in (
+            "defaults/main.yml",
+            "meta/main.yml",
+            "meta/argument_specs.yml",
+            "tasks/main.yml",
+            "tasks/preflight.yml",
+            "handlers/main.yml",
+            "README.md",
+        ):
+            assert (ROLES / role / part).is_file(), f"{role} lacks {part}"
+
+
+def test_ansible_lint_passes_with_the_production_profile() -> None:
+    result = run(
+        tool("ansible-lint"),
+        "-c",
+        str(HERE / "ansible-lint.yml"),
+        "roles",
+        "playbooks",
+        "inventory",
+        "tests/ansible/molecule",
+    )
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+    assert "Profile 'production' was required, and it passed" in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("role", ROLE_NAMES)
+def test_argument_specs_declare_exactly_the_defaults(role: str) -> None:
+    defaults = _defaults(role)
+    options = _spec_options(role)
+    assert sorted(options) == sorted(defaults), "argument_specs.yml and defaults/main.yml differ"
+    for name, value in defaults.items():
+        assert name.startswith(f"{role}_"), f"{name} lacks the role prefix"
+        spec = options[name]
+        assert spec.get("description"), f"{name} has no description"
+        assert spec.get("default") == value, f"{name}: spec default differs from {value!r}"
+        kind = spec["type"]
+        expected = {"bool": bool, "int": int, "list": list, "dict": dict}.get(str(kind), str)
+        assert isinstance(value, expected), f"{name}: default {value!r} is not a {kind}"
+        if "choices" in spec:
+            assert value in spec["choices"], f"{name}: default {value!r} not in its choices"
+
+
+@pytest.mark.parametrize("role", ROLE_NAMES)
+def test_readme_documents_every_variable(role: str) -> None:
+    readme = (ROLES / role / "README.md").read_text()
+    missing = [name for name in _defaults(role) if f"`{name}`" not in readme]
+    assert missing == []
+
+
+def _preflight(tmp_path: Path, role: str, variables: dict[str, object]) -> tuple[int, str]:
+    """Run only the role's argument validation and preflight, in check mode, on this host."""
+    playbook = tmp_path / "preflight.yml"
+    playbook.write_text(
+        yaml.safe_dump(
+            [{"name": "Preflight", "hosts": "localhost", "connection": "local", "roles": [role]}]
+        )
+    )
+    extra = tmp_path / "vars.json"
+    extra.write_text(json.dumps(variables))
+    result = run(
+        tool("ansible-playbook"),
+        "--check",
+        "--tags",
+        "preflight",
+        "-e",
+        f"@{extra}",
+        str(playbook),
+        timeout=300,
+    )
+    return result.returncode, result.stdout + result.stderr
+
+
+@pytest.fixture
+def node_files(tmp_path: Path) -> dict[str, object]:
+    wheel = tmp_path / "vslice-0.1.0-py3-none-any.whl"
+    wheel.write_bytes(b"PK")
+    shim = tmp_path / "libvslice.so"
+    shim.write_bytes(b"\x7fELF")
+    return {"vslice_release_wheel": str(wheel), "vslice_node_shim_file": str(shim)}
+
+
+GOOD_CONTROL_PLANE: dict[str, object] = {"vslice_control_plane_apply_manifests": False}
+
+BAD_INPUT = [
+    ("vslice_node", {"vslice_node_backend": "gpu"}, "vslice_node_backend"),
+    ("vslice_node", {"vslice_node_health_timeout": "soon"}, "vslice_node_health_timeout"),
+    ("vslice_node", {"vslice_node_monitor_listen": "9401"}, "vslice_node_monitor_listen"),
+    ("vslice_node", {"vslice_node_shim_file": ""}, "vslice_node_shim_file"),
+    (
+        "vslice_node",
+        {
+            "vslice_node_backend": "static",
+            "vslice_node_static_inventory": {"nodes": [{"name": "other", "gpus": []}]},
+        },
+        "vslice_node_static_inventory",
+    ),
+    ("vslice_node", {"vslice_release_keep": 0}, "vslice_release_keep"),
+    ("vslice_node", {"vslice_release_wheel": "/nowhere/vslice.whl"}, "vslice_release_wheel"),
+    (
+        "vslice_control_plane",
+        {**GOOD_CONTROL_PLANE, "vslice_control_plane_webhook_timeout": 45},
+        "vslice_control_plane_webhook_timeout",
+    ),
+    (
+        "vslice_control_plane",
+        {**GOOD_CONTROL_PLANE, "vslice_control_plane_tls_extra_sans": ["vslice.lab"]},
+        "vslice_control_plane_tls_extra_sans",
+    ),
+    (
+        "vslice_control_plane",
+        {**GOOD_CONTROL_PLANE, "vslice_control_plane_webhook_failure_policy": "Sometimes"},
+        "vslice_control_plane_webhook_failure_policy",
+    ),
+    (
+        "vslice_control_plane",
+        {"vslice_control_plane_admin_kubeconfig": "/nowhere/admin.conf"},
+        "vslice_control_plane_admin_kubeconfig",
+    ),
+    ("nvidia_driver", {"nvidia_driver_version": "latest"}, "nvidia_driver_version"),
+    ("nvidia_driver", {"nvidia_driver_skip_reboot": "maybe"}, "nvidia_driver_skip_reboot"),
+    (
+        "nvidia_driver",
+        {"nvidia_driver_source": "package_dir", "nvidia_driver_package_dir": "/nowhere"},
+        "nvidia_driver_package_dir",
+    ),
+    ("nvidia_driver", {"nvidia_driver_reboot_timeout": -5}, "nvidia_driver_reboot_timeout"),
+    (
+        "nvidia_container_toolkit",
+        {"nvidia_container_toolkit_source": "ppa"},
+        "nvidia_container_toolkit_source",
+    ),
+    (
+        "nvidia_container_toolkit",
+        {"nvidia_container_toolkit_version": "latest"},
+        "nvidia_container_toolkit_version",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("role", "variables", "named"), BAD_INPUT, ids=[f"{c[0]}-{c[2]}" for c in BAD_INPUT]
+)
+def test_a_bad_variable_fails_before_any_change_with_a_message_naming_it(
+    tmp_path: Path,
+    node_files: dict[str, object],
+    role: str,
+    variables: dict[str, object],
+    named: str,
+) -> None:
+    status, output = _preflight(tmp_path, role, {**node_files, **variables})
+    assert status != 0, output[-3000:]
+    failure = output[output.find("fatal:") :] if "fatal:" in output else output
+    assert named in failure, output[-3000:]
+
+
+@pytest.mark.parametrize(
+    ("role", "variables"),
+    [
+        ("vslice_node", {}),
+        ("vslice_control_plane", GOOD_CONTROL_PLANE),
+        ("nvidia_driver", {}),
+        ("nvidia_container_toolkit", {}),
+    ],
+)
+def test_valid_variables_pass_the_preflight(
+    tmp_path: Path, node_files: dict[str, object], role: str, variables: dict[str, object]
+) -> None:
+    status, output = _preflight(tmp_path, role, {**node_files, **variables})
+    assert status == 0, output[-3000:]
+
+
+def test_the_playbooks_pass_the_syntax_check_with_the_example_inventory() -> None:
+    for playbook in ("site.yml", "node.yml", "control_plane.yml", "verify.yml"):
+        result = run(
+            tool("ansible-playbook"),
+            "--syntax-check",
+            "-i",
+            str(ROOT / "inventory" / "example" / "hosts.yml"),
+            str(ROOT / "playbooks" / playbook),
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
