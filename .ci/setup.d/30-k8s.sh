@@ -1,13 +1,9 @@
-# The local lab's binaries: etcd from Debian, Kubernetes components and kwok built once from Go
-# modules into ~/.cache/vslice/k8s/<version>/ (a second run finds them and builds nothing).
+# The local lab's binaries: etcd, the Kubernetes components and kwok, built once from Go modules
+# into ~/.cache/vslice/k8s/<version>/ (a second run finds them and builds nothing).
 # Sourced by .ci/setup after the virtualenv exists. Needs Go >= 1.26 (kwok v0.8 asks for it);
 # without one, the Go toolchain is fetched once from the Go module proxy (it is published there
 # as the module golang.org/toolchain) into ~/.cache/vslice/go.
 vslice_go_toolchain="go1.26.8"
-if ! command -v etcd >/dev/null 2>&1; then
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq etcd-server
-fi
 for dir in /usr/local/go/bin "$HOME/.cache/vslice/go/bin"; do
   if ! command -v go >/dev/null 2>&1 && [ -x "$dir/go" ]; then
     export PATH="$PATH:$dir"

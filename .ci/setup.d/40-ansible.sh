@@ -29,7 +29,7 @@ if ! grep -qs '^[[:space:]]*default_ulimits' "$containers_conf" \
   fi
 fi
 
-VSLICE_ROOT="${VSLICE_ROOT:-$PWD}" .venv/bin/python - "$ansible_bundle" <<'PY'
+.venv/bin/python - "$ansible_bundle" <<'PY'
 """Extract the pinned collections from the `ansible` wheel into ~/.ansible/collections."""
 import json, pathlib, subprocess, sys, zipfile, yaml
 

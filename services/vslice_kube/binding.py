@@ -1,5 +1,5 @@
 """The calls a bind makes beyond :class:`vslice_kube.nodestate.NodeState`: read the pod now,
-and create its Binding.
+and create its Binding together with the pod's allocation annotation.
 
 Both return or take plain dicts; failures arrive as :class:`vslice_core.errors.ClusterError`
 with the server's Status code (404: the pod is gone, 409: it is already bound).
@@ -28,12 +28,24 @@ def read_pod(api: k8s.CoreV1Api, namespace: str, name: str) -> dict[str, Any]:
     return pod
 
 
-def bind_pod(api: k8s.CoreV1Api, namespace: str, name: str, uid: str, node: str) -> None:
-    """Create the pod's Binding to ``node``; the uid makes a same-named newer pod answer 409."""
+def bind_pod(
+    api: k8s.CoreV1Api,
+    namespace: str,
+    name: str,
+    uid: str,
+    node: str,
+    annotations: dict[str, str] | None = None,
+) -> None:
+    """Create the pod's Binding to ``node``, setting ``annotations`` on the pod in the same
+    write (the API server copies a Binding's annotations onto the pod). The uid makes a
+    same-named newer pod answer 409, as does a pod that is already bound."""
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace, "uid": uid}
+    if annotations:
+        metadata["annotations"] = annotations
     body = {
         "apiVersion": "v1",
         "kind": "Binding",
-        "metadata": {"name": name, "namespace": namespace, "uid": uid},
+        "metadata": metadata,
         "target": {"apiVersion": "v1", "kind": "Node", "name": node},
     }
     with translated(f"bind pod {namespace}/{name} to {node}"):

@@ -12,8 +12,10 @@ what the API sent (camelCase keys, annotations as strings) without the client's 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -67,7 +69,7 @@ class ListWatch:
         self._stop.set()
         stream = self._stream
         if stream is not None:
-            stream.close()
+            _interrupt(stream)
         self._thread.join(timeout=5)
 
     def wait_synced(self, timeout: float | None = None) -> bool:
@@ -157,6 +159,16 @@ def _events(stream: Any) -> Iterator[dict[str, Any]]:
                 yield json.loads(line)
     if pending.strip():
         yield json.loads(pending)
+
+
+def _interrupt(stream: Any) -> None:
+    """Wake the thread blocked reading ``stream``: shut its socket down. (Closing the response
+    instead would wait for that very read to finish, up to the watch's timeout.)"""
+    sock = getattr(getattr(stream, "connection", None), "sock", None)
+    if sock is None:
+        return
+    with contextlib.suppress(OSError):  # already closed
+        sock.shutdown(socket.SHUT_RDWR)
 
 
 def _describe(exc: Exception) -> str:

@@ -4,8 +4,10 @@ Lookup order for each binary (first hit wins):
 
 1. the directories given explicitly (``--bin-dir``) and ``$VSLICE_LAB_BIN_DIR``;
 2. ``$KUBEBUILDER_ASSETS`` (envtest's layout: etcd, kube-apiserver, ...);
-3. the cache, ``~/.cache/vslice/k8s/<version>/bin``;
-4. for etcd only: ``etcd`` on ``$PATH`` (Debian's ``etcd-server`` package installs one).
+3. the cache, ``~/.cache/vslice/k8s/<version>/bin``.
+
+``etcd`` on ``$PATH`` is deliberately not used: distributions ship etcd versions too old for
+the API server's watch cache (see ``versions``).
 
 Whatever is still missing is built from Go modules into the cache, once: Kubernetes components
 from ``k8s.io/kubernetes`` through a throwaway wrapper module that pins every staging module to
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from vslice_lab.versions import ETCD_SOURCE_VERSION, KUBERNETES_VERSION, KWOK_VERSION
+from vslice_lab.versions import ETCD_VERSION, KUBERNETES_VERSION, KWOK_VERSION
 
 KUBE_COMPONENTS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager")
 ALL_BINARIES = ("etcd", *KUBE_COMPONENTS, "kwok")
@@ -123,10 +125,6 @@ def _find(name: str, dirs: Sequence[Path]) -> Path | None:
         candidate = directory / name
         if candidate.is_file() and os.access(candidate, os.X_OK):
             return candidate.resolve()
-    if name == "etcd":
-        on_path = shutil.which("etcd")
-        if on_path:
-            return Path(on_path).resolve()
     return None
 
 
@@ -279,10 +277,10 @@ def _kwok_step(go: str, directory: Path) -> tuple[list[str], Path]:
 def _etcd_step(go: str, directory: Path) -> tuple[list[str], Path]:
     workdir = directory / "src" / "etcd"
     _wrapper_module(
-        workdir, "vslice.local/etcdbuild", {"go.etcd.io/etcd/server/v3": ETCD_SOURCE_VERSION}, {}
+        workdir, "vslice.local/etcdbuild", {"go.etcd.io/etcd/server/v3": ETCD_VERSION}, {}
     )
     script = (
-        f"{go} get go.etcd.io/etcd/server/v3@{ETCD_SOURCE_VERSION} && "
+        f"{go} get go.etcd.io/etcd/server/v3@{ETCD_VERSION} && "
         f"{go} build -p 2 -trimpath -ldflags '-s -w' -o {directory / 'bin'}/etcd "
         "go.etcd.io/etcd/server/v3"
     )

@@ -83,6 +83,10 @@ class LabCluster:
             list(pool.map(lambda body: apply_node(self._client, body), manifests))
         return [node.name for node in nodes]
 
+    def ready_nodes(self) -> set[str]:
+        """The simulated nodes that are Ready now."""
+        return ready_node_names(self._client, f"{SIMULATED_LABEL}=true")
+
     def wait_nodes_ready(self, names: Sequence[str], timeout: float) -> None:
         """Wait until kwok reports every node Ready; Timeout lists the ones that are not."""
         deadline = time.monotonic() + timeout

@@ -410,6 +410,21 @@ def status(state_dir: Path = DEFAULT_STATE_DIR) -> tuple[LabRecord, list[Compone
     return record, lines
 
 
+def ready_nodes(state_dir: Path = DEFAULT_STATE_DIR) -> set[str] | None:
+    """Names of the lab's simulated nodes that are Ready, or None if the API does not answer."""
+    layout = Layout.at(state_dir)
+    try:
+        cluster = LabCluster(layout.kubeconfig)
+    except VsliceError:
+        return None
+    try:
+        return cluster.ready_nodes()
+    except VsliceError:
+        return None
+    finally:
+        cluster.close()
+
+
 def _probes(layout: Layout, record: LabRecord) -> dict[str, Probe]:
     ca = layout.pki / "ca.crt"
     admin = pki.KeyPair(layout.pki / "admin.crt", layout.pki / "admin.key")

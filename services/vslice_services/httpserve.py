@@ -157,6 +157,9 @@ class _Server(ThreadingHTTPServer):
 class _RequestHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     timeout = 60
+    # Headers and body leave in two writes; with Nagle's algorithm the second one waits for
+    # the client's delayed ACK (40 ms) on every keep-alive request.
+    disable_nagle_algorithm = True
     server: _Server
 
     def do_GET(self) -> None:

@@ -1,7 +1,7 @@
 """Extra extender replicas for end-to-end tests, and an audit of what the annotations book.
 
 - :func:`start_extender` runs ``vslice serve scheduler`` as its own process against the
-  session lab (a second replica beside the lab's, or one to kill and restart) and waits until
+  shared lab (a second replica beside the lab's, or one to kill and restart) and waits until
   its ledger is loaded (``/readyz``).
 - :func:`audit` reads every node inventory and every bound pod's allocation annotation from
   the API server and lists each GPU whose memory, cores or slots are booked beyond what it

@@ -237,3 +237,34 @@ def test_a_deleted_pod_gives_its_slice_back(services: LabHandle, emptied: str) -
     wait_until(gone, 30, "the pod to be deleted")
     services.create_pod(emptied, "again", limits=limits, annotations=annotations)
     services.wait_for_pod(emptied, "again", lambda p: bool(p["spec"].get("nodeName")), what="bound")
+
+
+def test_a_repeated_bind_is_answered_as_done_and_a_replaced_pod_is_not_bound(
+    services: LabHandle, emptied: str, tmp_path: Path
+) -> None:
+    replica = extender_process(tmp_path, "e2e-binds", services.kubeconfig).start()
+    try:
+        pod = services.create_pod(emptied, "once", limits=SLICE, scheduler_name="e2e-direct")
+        answer = replica.post("filter", {"Pod": pod, "NodeNames": list(services.record.nodes)})
+        (node,) = answer["NodeNames"]
+        meta = pod["metadata"]
+        binding = {"PodName": "once", "PodNamespace": emptied, "PodUID": meta["uid"], "Node": node}
+        assert replica.post("bind", binding) == {"Error": ""}
+        first = services.read_pod(emptied, "once")["metadata"]["annotations"][ALLOCATION]
+        # the scheduler timed out and asks again: same answer, same allocation
+        assert replica.post("bind", binding) == {"Error": ""}
+        assert services.read_pod(emptied, "once")["metadata"]["annotations"][ALLOCATION] == first
+        other = next(n for n in services.record.nodes if n != node)
+        assert "already bound" in replica.post("bind", {**binding, "Node": other})["Error"]
+
+        services.core.delete_namespaced_pod(
+            "once", emptied, grace_period_seconds=0, _preload_content=False
+        )
+        wait_until(lambda: not _pods(services, emptied), 30, "the pod to be deleted")
+        services.create_pod(emptied, "once", limits=SLICE, scheduler_name="e2e-direct")
+        stale = replica.post("bind", binding)  # the old uid: must not bind the new pod
+        assert "uid" in stale["Error"]
+        assert not services.read_pod(emptied, "once")["spec"].get("nodeName")
+        assert audit(services.core).problems == []
+    finally:
+        replica.stop()

@@ -212,6 +212,7 @@ def test_the_readme_commands_bring_up_a_lab_run_a_first_slice_and_stop_it(
         status = vslice("status")
         assert status.returncode == 0, status.stdout
         assert "kube-scheduler" in status.stdout and "UNHEALTHY" not in status.stdout
+        assert "nodes Ready 3/3" in status.stdout
     finally:
         down = vslice("down")
     assert down.returncode == 0, down.stderr

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import time
+import uuid
 from typing import Any
 
 import pytest
 from conftest import LabHandle
+from kubernetes.client.exceptions import ApiException
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -81,3 +84,44 @@ def test_a_gpu_pod_no_node_can_hold_stays_pending_without_reaching_the_extender(
     )
     assert pod["spec"].get("nodeName") is None
     assert lab.extender.calls_for("bind", "too-big") == []
+
+
+def test_a_resource_quota_is_counted_and_enforced_by_the_control_plane(
+    lab: LabHandle, namespace: str
+) -> None:
+    quota = {"metadata": {"name": "one-pod"}, "spec": {"hard": {"pods": "1"}}}
+    lab.core.create_namespaced_resource_quota(namespace, quota, _preload_content=False)
+    deadline = time.monotonic() + 30
+    while not (lab.core.read_namespaced_resource_quota("one-pod", namespace).status.hard or {}):
+        assert time.monotonic() < deadline, "the quota controller never filled in status.hard"
+        time.sleep(0.2)
+    lab.create_pod(namespace, "first")
+    with pytest.raises(ApiException) as refused:
+        lab.create_pod(namespace, "second")
+    assert refused.value.status == 403
+    assert "exceeded quota: one-pod" in str(refused.value.body)
+
+
+def test_a_deleted_namespace_is_emptied_and_removed(lab: LabHandle) -> None:
+    name = f"e2e-doomed-{uuid.uuid4().hex[:5]}"
+    lab.core.create_namespace({"metadata": {"name": name}}, _preload_content=False)
+    deadline = time.monotonic() + 30
+    while True:  # the service account controller creates "default"
+        try:
+            lab.core.read_namespaced_service_account("default", name)
+            break
+        except ApiException:
+            assert time.monotonic() < deadline, "no default service account appeared"
+            time.sleep(0.2)
+    lab.create_pod(name, "tenant")
+    lab.wait_for_pod(name, "tenant", _running, what="bound and Running")
+    lab.core.delete_namespace(name, _preload_content=False)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            lab.core.read_namespace(name)
+        except ApiException as gone:
+            assert gone.status == 404
+            return
+        assert time.monotonic() < deadline, "the namespace was never removed"
+        time.sleep(0.5)

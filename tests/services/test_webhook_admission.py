@@ -152,9 +152,9 @@ def test_a_privileged_container_asking_for_gpus_is_denied(webhook: Webhook) -> N
 
 
 def test_a_privileged_container_without_gpus_in_a_gpu_pod_is_admitted(webhook: Webhook) -> None:
-    helper = container("sidecar", cpu="1")
-    helper["securityContext"] = {"privileged": True}
-    response = webhook.review(pod(container(**{GPU: "1"}), helper))
+    sidecar = container("sidecar", cpu="1")
+    sidecar["securityContext"] = {"privileged": True}
+    response = webhook.review(pod(container(**{GPU: "1"}), sidecar))
     assert response["allowed"] is True
 
 
@@ -282,3 +282,16 @@ def test_memory_in_the_apiservers_canonical_form_counts_mib(webhook: Webhook) ->
     assert "60000" in response["status"]["message"]
     webhook.quotas.replace([resource_quota("gpu", {f"requests.{MEM}": "60k"})])
     assert webhook.review(pod(container(**{GPU: "1", MEM: "60k"})))["allowed"] is True
+
+
+def test_a_misspelt_gpu_resource_is_denied_listing_the_known_ones(webhook: Webhook) -> None:
+    response = webhook.review(pod(container(**{"nvidia.com/gpumemory": "3000"})))
+    assert response["allowed"] is False
+    message = response["status"]["message"]
+    assert "spec.containers[0].resources.limits: unknown resource 'nvidia.com/gpumemory'" in message
+    assert "nvidia.com/gpumem-percentage" in message
+
+
+def test_other_resources_of_the_same_vendor_are_left_alone(webhook: Webhook) -> None:
+    response = webhook.review(pod(container(**{"nvidia.com/mig-1g.10gb": "1"})))
+    assert response["allowed"] is True and "patch" not in response

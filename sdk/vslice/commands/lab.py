@@ -152,16 +152,19 @@ def _down(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from vslice_lab.lab import status
+    from vslice_lab.lab import ready_nodes, status
 
     result = status(args.state_dir)
     if result is None:
         print(f"no lab recorded in {args.state_dir} (start one with `vslice lab up`)")
         return 1
     record, lines = result
-    print(f"API server {record.server}  Kubernetes {record.version}  nodes {len(record.nodes)}")
+    ready = ready_nodes(args.state_dir)
+    shown = "unknown (API not answering)" if ready is None else f"{len(ready)}/{len(record.nodes)}"
+    print(f"API server {record.server}  Kubernetes {record.version}  nodes Ready {shown}")
     width = max(len(line.name) for line in lines) if lines else 0
     for line in lines:
         health = "healthy" if line.healthy else f"UNHEALTHY: {line.problem}"
         print(f"  {line.name:<{width}}  pid {line.pid:<7}  {health}")
-    return 0 if lines and all(line.healthy for line in lines) else 1
+    nodes_ok = ready is not None and set(record.nodes) <= ready
+    return 0 if lines and nodes_ok and all(line.healthy for line in lines) else 1

@@ -9,9 +9,8 @@ first list of nodes and pods and loses nothing:
 - :class:`PodFeed`: a bound pod's ``vslice.io/allocation`` is recorded until the pod
   finishes (Succeeded/Failed) or is deleted. A malformed value written by someone else is
   logged and never erases what the ledger already holds for that pod. An allocation on a pod
-  that is not bound does not count: it is either another replica's bind in progress (which
-  holds that node's lock, so nobody else books there until the pod is bound) or the leftover
-  of a bind that crashed half way (which must not keep the slices booked forever).
+  that is not bound does not count: vslice writes it together with the Binding, so it can
+  only come from someone else and books nothing.
 - :class:`Holds`: slices this replica reserved in a filter or a bind whose annotation the
   watch has not shown yet. A pod event without an allocation never releases a hold; a hold
   whose bind never came expires after a TTL.
@@ -36,7 +35,7 @@ from vslice_core.annotations import (
 )
 from vslice_core.errors import DecodeError
 from vslice_core.ledger import Ledger
-from vslice_core.model import NodeInventory
+from vslice_core.model import NodeInventory, PodRequest
 
 log = logging.getLogger("vslice.extender.feed")
 
@@ -117,6 +116,7 @@ class NodeFeed:
 class _Hold:
     node: str
     since: float
+    request: PodRequest | None = None
     bound: bool = False
 
 
@@ -128,9 +128,15 @@ class Holds:
         self._holds: dict[str, _Hold] = {}
         self._lock = threading.Lock()
 
-    def hold(self, uid: str, node: str) -> None:
+    def hold(self, uid: str, node: str, request: PodRequest | None = None) -> None:
         with self._lock:
-            self._holds[uid] = _Hold(node, time.monotonic())
+            self._holds[uid] = _Hold(node, time.monotonic(), request)
+
+    def request(self, uid: str) -> PodRequest | None:
+        """The request the filter read from the pod (so a bind need not read it again)."""
+        with self._lock:
+            hold = self._holds.get(uid)
+            return hold.request if hold else None
 
     def mark_bound(self, uid: str) -> None:
         with self._lock:

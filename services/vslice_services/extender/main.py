@@ -58,13 +58,10 @@ class ApiCluster:
     def pods_on_node(self, node: str) -> list[dict[str, Any]]:
         return self._node_state.pods_on_node(node)
 
-    def annotate_pod(
-        self, namespace: str, name: str, uid: str, annotations: dict[str, str | None]
+    def bind_pod(
+        self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]
     ) -> None:
-        self._node_state.annotate_pod(namespace, name, uid, annotations)
-
-    def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
-        bind_pod(self._api, namespace, name, uid, node)
+        bind_pod(self._api, namespace, name, uid, node, annotations)
 
     def lock_node(self, node: str) -> Held:
         return self._locker.acquire(node)

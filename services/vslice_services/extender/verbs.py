@@ -8,9 +8,11 @@ unresolvable: preempting other pods would not free GPU slices the scheduler cann
 
 **Bind** enters the node's gate (the node lock, shared with other replicas through the node
 annotation; when it comes from another holder, the allocations the API server shows on that
-node *now* are merged into the ledger first), re-checks and records this pod's slices, writes the
-``vslice.io/allocation`` annotation, then creates the Binding. Any failure releases the
-slices and removes an annotation already written, and the scheduler retries the pod.
+node *now* are merged into the ledger first), re-checks and records this pod's slices, and
+creates the Binding carrying the ``vslice.io/allocation`` annotation: the API server sets
+node and annotation in one write, so a pod is never bound without its allocation nor
+annotated without being bound. Any failure releases the slices, and the scheduler retries
+the pod.
 
 Binds of this replica to one node run side by side under one hold of that node's lock
 (:mod:`~vslice_services.extender.nodegate`); the ledger books each of them atomically. Lock
@@ -55,11 +57,12 @@ class Cluster(Protocol):
 
     def pods_on_node(self, node: str) -> list[dict[str, Any]]: ...
 
-    def annotate_pod(
-        self, namespace: str, name: str, uid: str, annotations: dict[str, str | None]
-    ) -> None: ...
-
-    def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None: ...
+    def bind_pod(
+        self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]
+    ) -> None:
+        """Bind the pod and set its annotations in one write; ClusterError 409 when the pod
+        is already bound or was replaced."""
+        ...
 
     def lock_node(self, node: str) -> Held:
         """Take the node lock (shared with other replicas); raises ClusterError."""
@@ -126,11 +129,13 @@ class Extender:
             decision = self.ledger.decide(request, args.node_names)
             if decision.node is None or decision.allocation is None:
                 return self._no_fit(args, decision.nodes)
+            # Hold first: a pod event seen meanwhile must not release what is being booked.
+            self.holds.hold(request.uid, decision.node, request)
             try:
                 self.ledger.try_commit(request.uid, decision.allocation, request.namespace)
             except NoFit:
+                self.holds.drop(request.uid)
                 continue
-            self.holds.hold(request.uid, decision.node)
             self._metrics.decided("filter", "fit")
             return encode_filter(args, [decision.node])
         self._metrics.decided("filter", "failed", "contended")
@@ -201,11 +206,13 @@ class Extender:
         if not self._synced():
             raise BindFailed("ledger still loading from the cluster, retry", "not_synced")
         try:
-            pod = self._cluster.read_pod(args.pod_namespace, args.pod_name)
-            request = self._bind_request(pod, args)
-            done = _already_bound(pod, args)
-            if done is not None:
-                return done
+            request = self.holds.request(args.pod_uid)
+            if request is None:  # no filter seen for it (e.g. this replica restarted since)
+                pod = self._cluster.read_pod(args.pod_namespace, args.pod_name)
+                request = self._bind_request(pod, args)
+                done = self._already_bound(pod, args)
+                if done is not None:
+                    return done
             with self._gates.entered(args.node, lambda: self._catch_up(args.node)):
                 return self._bind_locked(request, args)
         except LockBusy as exc:
@@ -237,21 +244,20 @@ class Extender:
 
     def _bind_locked(self, request: PodRequest, args: BindingArgs) -> Allocation:
         allocation = self._book(request, args.node)
-        written = False
         try:
-            self._cluster_checked().annotate_pod(
+            self._cluster_checked().bind_pod(
                 args.pod_namespace,
                 args.pod_name,
                 args.pod_uid,
+                args.node,
                 {ALLOCATION: encode_allocation(allocation)},
             )
-            written = True
-            self._cluster_checked().bind_pod(
-                args.pod_namespace, args.pod_name, args.pod_uid, args.node
-            )
-        except ClusterError:
-            if written:
-                self._unannotate(args)
+        except ClusterError as exc:
+            if exc.code == 409:  # bound already (a retried call), or a newer pod of that name
+                pod = self._cluster_checked().read_pod(args.pod_namespace, args.pod_name)
+                done = self._already_bound(pod, args)
+                if done is not None:
+                    return done
             raise
         self.holds.mark_bound(args.pod_uid)
         return allocation
@@ -259,7 +265,7 @@ class Extender:
     def _book(self, request: PodRequest, node: str) -> Allocation:
         """Re-check this pod's slices against the fresh ledger and record them."""
         held = self.ledger.release(request.uid)
-        self.holds.hold(request.uid, node)
+        self.holds.hold(request.uid, node, request)
         if held is not None and held.node == node:
             try:
                 self.ledger.try_commit(request.uid, held, request.namespace)
@@ -290,30 +296,26 @@ class Extender:
             except DecodeError:
                 continue  # the pod feed reports it; the ledger keeps what it had
 
-    def _unannotate(self, args: BindingArgs) -> None:
+    def _already_bound(self, pod: dict[str, Any], args: BindingArgs) -> Allocation | None:
+        """None when the pod is not bound. When an earlier call already bound it, its
+        allocation (recorded in the ledger, so the ledger says what the annotation says) if
+        that was on ``args.node``; BindFailed otherwise."""
+        metadata = pod.get("metadata") or {}
+        bound_to = (pod.get("spec") or {}).get("nodeName")
+        if not bound_to or metadata.get("uid") != args.pod_uid:
+            return None
+        value = (metadata.get("annotations") or {}).get(ALLOCATION)
         try:
-            self._cluster_checked().annotate_pod(
-                args.pod_namespace, args.pod_name, args.pod_uid, {ALLOCATION: None}
-            )
-        except ClusterError as exc:
-            log.warning(
-                "could not remove allocation after a failed bind", extra={"error": str(exc)}
-            )
+            allocation = decode_allocation(str(value)) if value is not None else None
+        except DecodeError as exc:
+            raise BindFailed(str(exc), "bad_annotation") from exc
+        self.holds.drop(args.pod_uid)
+        if allocation is not None:
+            self.ledger.add(args.pod_uid, allocation, args.pod_namespace)
+        if bound_to != args.node or allocation is None:
+            raise BindFailed(f"pod is already bound to {bound_to}", "already_bound")
+        return allocation
 
     def _cluster_checked(self) -> Cluster:
         assert self._cluster is not None
         return self._cluster
-
-
-def _already_bound(pod: dict[str, Any], args: BindingArgs) -> Allocation | None:
-    """The pod's allocation if an earlier attempt already bound it there (a retried call)."""
-    bound_to = (pod.get("spec") or {}).get("nodeName")
-    if not bound_to:
-        return None
-    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(ALLOCATION)
-    if bound_to != args.node or value is None:
-        raise BindFailed(f"pod is already bound to {bound_to}", "already_bound")
-    try:
-        return decode_allocation(str(value))
-    except DecodeError as exc:
-        raise BindFailed(str(exc), "bad_annotation") from exc

@@ -2,11 +2,13 @@
 
 For a pod being created, in this order:
 
-1. untouched when it carries the opt-out label, or asks for no GPU resource at all;
-2. denied when a value is invalid (the core's normalization names the field and the value),
+1. untouched when it carries the opt-out label;
+2. denied when it names a GPU resource that does not exist (``nvidia.com/gpumemory``);
+3. untouched when it asks for no GPU resource at all;
+4. denied when a value is invalid (the core's normalization names the field and the value),
    when a container that asks for GPUs is privileged (it could see and use every GPU), or when
    the pod alone asks for more than its namespace's GPU quota;
-3. otherwise patched: the normalized limits, ``spec.schedulerName`` (unless the pod already
+5. otherwise patched: the normalized limits, ``spec.schedulerName`` (unless the pod already
    names a scheduler of its own) and, if configured, ``NVIDIA_VISIBLE_DEVICES=none`` on its
    containers that ask for no GPU, so they do not see the node's GPUs through the runtime.
 """
@@ -50,6 +52,9 @@ def review_pod(
         or str(labels.get(policy.opt_out_label, "")).lower() in OPT_OUT_VALUES
     ):
         return Verdict(allowed=True)
+    misspelt = _unknown_gpu_resource(pod, policy.names)
+    if misspelt is not None:
+        return Verdict.deny(misspelt, code=400)
     if not uses_gpus(pod, policy.names):
         return Verdict(allowed=True)
     try:
@@ -79,6 +84,24 @@ def _containers(pod: Mapping[str, Any]) -> list[tuple[bool, int, Mapping[str, An
             if isinstance(container, Mapping):
                 found.append((init, index, container))
     return found
+
+
+def _unknown_gpu_resource(pod: Mapping[str, Any], names: ResourceNames) -> str | None:
+    """A resource that looks like one of ours but is not (``nvidia.com/gpumemory``): without
+    this check the pod would wait forever for a resource no node has."""
+    known = {*names.managed(), names.priority}
+    for init, index, container in _containers(pod):
+        resources = container.get("resources") or {}
+        for part in ("limits", "requests"):
+            section = resources.get(part) if isinstance(resources, Mapping) else None
+            for key in section if isinstance(section, Mapping) else {}:
+                if str(key).startswith(names.gpu) and key not in known:
+                    kind = "initContainers" if init else "containers"
+                    return (
+                        f"spec.{kind}[{index}].resources.{part}: unknown resource {key!r}; "
+                        f"known GPU resources: {', '.join(sorted(known))}"
+                    )
+    return None
 
 
 def _privileged_gpu_container(
