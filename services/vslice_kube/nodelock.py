@@ -24,8 +24,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
@@ -80,15 +79,6 @@ class NodeLocker:
         self._clock = clock
         self._released: dict[str, str] = {}  # node -> the released marker we last wrote
         self._guard = threading.Lock()
-
-    @contextmanager
-    def held(self, node: str) -> Iterator[Held]:
-        """Hold the node's lock for the block; raises LockBusy if it cannot be taken in time."""
-        held = self.acquire(node)
-        try:
-            yield held
-        finally:
-            self.release(held)
 
     def acquire(self, node: str) -> Held:
         """Take the lock, waiting up to ``wait_seconds`` for another holder."""

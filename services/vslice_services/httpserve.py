@@ -7,7 +7,7 @@
   With TLS, the certificate files are re-read whenever their modification time changes, so a
   rotated certificate is served without a restart.
 - :func:`run_until_signal` serves until SIGTERM or SIGINT, then stops accepting, lets running
-  requests finish and calls the service's cleanups.
+  requests finish (up to 10 s) and calls the service's cleanups.
 """
 
 from __future__ import annotations
@@ -131,6 +131,8 @@ class _Server(ThreadingHTTPServer):
     ) -> None:
         self.routes = routes
         self.tls = tls
+        self.in_flight = 0
+        self.settled = threading.Condition()
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, _RequestHandler)
@@ -180,11 +182,17 @@ class _RequestHandler(BaseHTTPRequestHandler):
             self._send(body)
             return
         started = time.perf_counter()
+        with self.server.settled:
+            self.server.in_flight += 1
         try:
             response = handler(body)
         except Exception as exc:  # a handler bug must not take the server down
             log.exception("handler failed", extra={"path": path})
             response = Response.text(f"internal error: {type(exc).__name__}: {exc}", 500)
+        finally:
+            with self.server.settled:
+                self.server.in_flight -= 1
+                self.server.settled.notify_all()
         log.debug(
             "request",
             extra={
@@ -245,9 +253,17 @@ class HttpService:
         )
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, grace_seconds: float = 10.0) -> None:
+        """Stop accepting, give calls being handled up to ``grace_seconds`` to finish."""
         self._server.shutdown()
         self._server.server_close()
+        with self._server.settled:
+            if not self._server.settled.wait_for(
+                lambda: self._server.in_flight == 0, timeout=grace_seconds
+            ):
+                log.warning(
+                    "stopped with calls still running", extra={"calls": self._server.in_flight}
+                )
 
 
 def run_until_signal(

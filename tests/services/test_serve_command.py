@@ -13,6 +13,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -20,6 +21,7 @@ import pytest
 import yaml
 from served import Reply, call, client_context, serving_pair
 from vslice_core.errors import InvalidRequest
+from vslice_services.httpserve import HttpService, Response
 from vslice_services.settings import SchedulerSettings, WebhookSettings, load_settings
 
 VSLICE = [sys.executable, "-m", "vslice.cli"]
@@ -146,3 +148,28 @@ def test_every_setting_of_every_service_is_in_the_configuration_reference() -> N
         section = text.split(f"## `{title}`", 1)[1].split("\n## ", 1)[0]
         for name in settings.model_fields:
             assert f"| `{name}` |" in section + shared, f"{name} of {title} is not documented"
+
+
+def test_stopping_lets_a_call_being_handled_finish() -> None:
+    entered, finished = threading.Event(), threading.Event()
+
+    def slow(_: bytes) -> Response:
+        entered.set()
+        time.sleep(0.5)
+        finished.set()
+        return Response.text("done")
+
+    service = HttpService(("127.0.0.1", 0), {("POST", "/slow"): slow})
+    service.start()
+    replies: list[Reply] = []
+
+    def caller() -> None:
+        replies.append(call(service.port, "POST", "/slow", b""))
+
+    thread = threading.Thread(target=caller)
+    thread.start()
+    assert entered.wait(5)
+    service.stop()
+    assert finished.is_set(), "stop() returned while a call was still being handled"
+    thread.join(5)
+    assert [(r.status, r.body) for r in replies] == [(200, b"done")]
