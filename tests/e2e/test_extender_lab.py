@@ -36,11 +36,23 @@ def services(lab: LabHandle) -> LabHandle:
 
 @pytest.fixture
 def emptied(services: LabHandle, namespace: str) -> Iterator[str]:
-    """The namespace; at the end its pods are deleted and gone, so later tests find room."""
+    """The namespace, in a quiet cluster (no namespace of an earlier test still being
+    deleted, so capacity does not change under the test); at the end its pods are deleted
+    and gone, so later tests find room."""
+    wait_until(lambda: not _terminating_namespaces(services), 120, "earlier namespaces to go")
     yield namespace
     core = services.core
     core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0, _preload_content=False)
     wait_until(lambda: not _pods(services, namespace), 90, f"pods of {namespace} to be deleted")
+
+
+def _terminating_namespaces(lab: LabHandle) -> list[str]:
+    body: Any = json.loads(lab.core.list_namespace(_preload_content=False).data)
+    return [
+        item["metadata"]["name"]
+        for item in body["items"]
+        if item.get("status", {}).get("phase") == "Terminating"
+    ]
 
 
 def _pods(lab: LabHandle, namespace: str) -> list[dict[str, Any]]:
