@@ -39,6 +39,9 @@ from vslice.errors import InvalidRequest
 MAX_GPUS: Final = 64
 
 _PERCENT = re.compile(r"^\s*(?P<number>-?\d+(?:\.\d+)?)\s*%\s*$")
+# "10G" is ambiguous: in a manifest the API server's canonical form makes it 10e9 MiB
+# (see vslice_core.quantities), while a person typing it means gigabytes. Refuse it.
+_DECIMAL_SIZE = re.compile(r"^\s*-?\d+(?:\.\d+)?\s*[kMGTPE]B?\s*$")
 _MEMORY_HELP: Final = "a size like '10Gi' or '512Mi', a number of MiB, or a percentage '1%'..'100%'"
 
 
@@ -56,6 +59,11 @@ def parse_memory(value: str | int) -> tuple[int | None, int | None]:
         if not number.is_integer() or not 1 <= number <= 100:
             raise ValueError(f"memory percentage must be a whole number 1..100%, got {value!r}")
         return None, int(number)
+    if isinstance(value, str) and _DECIMAL_SIZE.match(value):
+        raise ValueError(
+            f"memory takes binary units such as '10Gi' or '512Mi' (a decimal unit would count "
+            f"MiB in a manifest), got {value!r}"
+        )
     try:
         mib = to_mib(value, "memory")
     except InvalidRequest as exc:

@@ -1,8 +1,11 @@
 """Kubernetes quantity strings ("4Gi", "3000Mi", "2e3") as exact numbers, MiB and counts.
 
 GPU memory follows HAMi's convention so existing manifests keep their meaning: a plain
-number (``30720``) is already MiB, a quantity with a unit (``"4Gi"``, ``"4G"``) is bytes and
-is rounded *up* to whole MiB, so a slice is never smaller than what was asked for.
+number (``30720``) is already MiB. The API server stores every quantity in canonical form,
+so ``60000`` comes back as ``"60k"`` and ``3e3`` as ``"3k"``: a decimal suffix or an exponent
+therefore still counts MiB (it is only another spelling of a plain number). Only a binary
+unit (``"4Gi"``, ``"3000Mi"``) is read as bytes, and rounded *up* to whole MiB so a slice is
+never smaller than what was asked for.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ _MIB = 2**20
 
 
 def _split(value: object, field: str) -> tuple[Fraction, bool]:
-    """The number and whether it carried a unit (suffix or exponent)."""
+    """The number and whether it carried a binary unit (Ki, Mi, Gi, ...)."""
     if isinstance(value, bool):
         raise InvalidRequest(f"{field} must be a number, got {value!r}", field=field, value=value)
     if isinstance(value, int):
@@ -51,10 +54,10 @@ def _split(value: object, field: str) -> tuple[Fraction, bool]:
         )
     number = Fraction(match["number"])
     if match["exponent"] is not None:
-        return number * Fraction(10) ** int(match["exponent"]), True
+        return number * Fraction(10) ** int(match["exponent"]), False
     suffix = match["suffix"] or ""
     scale = _BINARY.get(suffix) or _DECIMAL[suffix]
-    return number * scale, suffix != ""
+    return number * scale, suffix in _BINARY
 
 
 def parse_quantity(value: object, field: str) -> Fraction:
@@ -68,10 +71,10 @@ def _non_negative(number: Fraction, value: object, field: str) -> None:
 
 
 def to_mib(value: object, field: str) -> int:
-    """GPU memory in MiB: plain numbers are MiB, quantities with a unit are bytes (rounded up)."""
-    number, has_unit = _split(value, field)
+    """GPU memory in MiB: binary units are bytes (rounded up), any other spelling counts MiB."""
+    number, binary_unit = _split(value, field)
     _non_negative(number, value, field)
-    if not has_unit:
+    if not binary_unit:
         if number.denominator != 1:
             raise InvalidRequest(
                 f"{field} must be a whole number of MiB, got {value!r}", field=field, value=value

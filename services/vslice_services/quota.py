@@ -23,10 +23,8 @@ from typing import Any
 
 from vslice_core.errors import InvalidRequest
 from vslice_core.model import NamespaceQuota, PodRequest, QuotaLimits, QuotaUsage
-from vslice_core.quantities import to_count
+from vslice_core.quantities import to_count, to_mib
 from vslice_core.resources import ResourceNames
-
-from vslice_services.canonical_quantities import memory_mib
 
 log = logging.getLogger("vslice.quota")
 
@@ -56,7 +54,7 @@ def limits_from_quotas(
             if field is None:
                 continue
             try:
-                amount = memory_mib(value, key) if field == "memory_mib" else to_count(value, key)
+                amount = to_mib(value, key) if field == "memory_mib" else to_count(value, key)
             except InvalidRequest as exc:
                 log.warning(
                     "ignoring unreadable quota value",

@@ -1,8 +1,11 @@
-"""The molecule scenario: site.yml on a Debian 12 container booting systemd (podman, runc).
+"""The molecule scenarios, on a Debian 12 container booting systemd (podman, runc).
 
-converge, then idempotence (a second run changes nothing), then verify (packages at their pinned
-versions, containerd's configuration merged, services running and answering /healthz). The
-container's image is built once by build-image.sh and cached under ~/.cache/vslice/images/.
+- ``lab``: site.yml on one host that is control plane and GPU node, without an API server.
+- ``control_plane``: control_plane.yml against a real API server started in the container.
+
+Each runs converge, then idempotence (a second run changes nothing), then verify (packages at
+their pinned versions, configuration merged and rendered, services running and answering
+/healthz). The image is built once by build-image.sh and cached under ~/.cache/vslice/images/.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ def _require_podman() -> None:
             pytest.fail(f"{binary} is missing; .ci/setup.d/40-ansible.sh installs it")
 
 
-def test_the_lab_scenario_converges_is_idempotent_and_verifies() -> None:
+@pytest.mark.parametrize("scenario", ["lab", "control_plane"])
+def test_the_scenario_converges_is_idempotent_and_verifies(scenario: str) -> None:
     _require_podman()
     image = run("bash", str(HERE / "build-image.sh"), timeout=1200)
     assert image.returncode == 0, image.stderr[-3000:]
@@ -33,12 +37,12 @@ def test_the_lab_scenario_converges_is_idempotent_and_verifies() -> None:
         "molecule/base.yml",
         "test",
         "-s",
-        "lab",
+        scenario,
         cwd=HERE,
         timeout=3000,
     )
     LOG_DIR.mkdir(exist_ok=True)
-    (LOG_DIR / "molecule-lab.log").write_text(result.stdout + result.stderr)
+    (LOG_DIR / f"molecule-{scenario}.log").write_text(result.stdout + result.stderr)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-8000:]
     for step in ("converge", "idempotence", "verify"):

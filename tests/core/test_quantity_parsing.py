@@ -16,11 +16,15 @@ FIELD = "nvidia.com/gpumem"
         ("3000Mi", 3000),
         ("1.5Gi", 1536),
         ("1Ti", 1024 * 1024),
-        ("4G", 3815),  # 4e9 bytes, rounded up to whole MiB
+        # The API server's canonical spelling of a plain number: still MiB, not bytes.
+        ("60k", 60000),
+        ("8k", 8000),
+        ("3e3", 3000),
+        ("4G", 4 * 10**9),
         ("1048576", 1048576),
         (" 2Gi ", 2048),
         ("2048Ki", 2),
-        ("1e9", 954),
+        ("1025Ki", 2),  # bytes are rounded up, never down
     ],
 )
 def test_memory_quantities_become_whole_mib(value: object, mib: int) -> None:

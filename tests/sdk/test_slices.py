@@ -103,3 +103,11 @@ def test_a_slice_is_immutable() -> None:
 def test_describe_reads_like_a_sentence() -> None:
     assert Slice("1536Mi", cores=30).describe() == "1 GPU, 1.5 GiB, 30% cores"
     assert Slice("50%", gpus=2, gpu_type="A100").describe() == "2 GPUs, 50% memory, type A100"
+
+
+@pytest.mark.parametrize("value", ["10G", "10GB", "512M", "4k"])
+def test_decimal_memory_units_are_refused_with_the_binary_spelling_to_use(value: str) -> None:
+    with pytest.raises(InvalidRequest) as caught:
+        Slice(value)
+    assert repr(value) in str(caught.value)
+    assert "10Gi" in str(caught.value)

@@ -35,7 +35,6 @@ from vslice_core.requests import pod_request
 from vslice_core.resources import ResourceNames
 from vslice_kube.nodelock import Held, LockBusy
 
-from vslice_services.canonical_quantities import plain_memory
 from vslice_services.extender.feed import FINISHED_PHASES, Holds
 from vslice_services.extender.metrics import ExtenderMetrics
 from vslice_services.extender.nodegate import NodeGates
@@ -114,7 +113,7 @@ class Extender:
             )
         self._release_expired_holds()
         try:
-            request = pod_request(plain_memory(args.pod, self._names), self._names)
+            request = pod_request(args.pod, self._names)
         except InvalidRequest as exc:
             self._metrics.decided("filter", "invalid", str(exc.field or "pod"))
             log.warning("pod request invalid", extra={"pod": args.pod_key, "error": str(exc)})
@@ -238,7 +237,7 @@ class Extender:
                 "replaced",
             )
         try:
-            return pod_request(plain_memory(pod, self._names), self._names)
+            return pod_request(pod, self._names)
         except InvalidRequest as exc:
             raise BindFailed(str(exc), "invalid") from exc
 

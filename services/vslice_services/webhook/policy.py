@@ -24,7 +24,6 @@ from vslice_core.model import PodRequest, QuotaLimits
 from vslice_core.requests import limit_patch, normalize_pod, uses_gpus
 from vslice_core.resources import DEFAULT_RESOURCE_NAMES, ResourceNames
 
-from vslice_services.canonical_quantities import plain_memory
 from vslice_services.quota import exceeded, request_totals
 from vslice_services.webhook.jsonpatch import PodPatch
 from vslice_services.webhook.review import AdmissionRequest, Verdict
@@ -58,7 +57,7 @@ def review_pod(
     if not uses_gpus(pod, policy.names):
         return Verdict(allowed=True)
     try:
-        normalized = normalize_pod(plain_memory(pod, policy.names), policy.names)
+        normalized = normalize_pod(pod, policy.names)
     except InvalidRequest as exc:
         return Verdict.deny(str(exc), code=400)
     gpu_containers = {(c.init, c.name) for c in normalized.request.containers}
