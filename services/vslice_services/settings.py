@@ -92,6 +92,21 @@ class ServiceSettings(BaseSettings):
         return parse_listen(self.listen)
 
 
+class NodeServiceSettings(ServiceSettings):
+    """Settings shared by the services that run on every GPU node (device plugin, monitor)."""
+
+    node_name: str = Field(
+        default_factory=socket.gethostname,
+        min_length=1,
+        description="This node's name in Kubernetes (default: the host name).",
+    )
+    cache_root: str = Field(
+        default="/var/lib/vslice/containers",
+        description="Host directory of the containers' shim regions: "
+        "<cache_root>/<pod uid>/<container>/vslice.cache.",
+    )
+
+
 class SchedulerSettings(ServiceSettings):
     """``vslice serve scheduler``: the kube-scheduler extender."""
 

@@ -57,12 +57,8 @@ def http_service(settings: DevicePluginSettings, plugin: DevicePlugin) -> HttpSe
 
 def serve(config_path: str | None) -> int:
     """Run the device plugin; the exit status (2 for bad settings or inventory)."""
-    try:
-        settings = load_settings(DevicePluginSettings, config_path)
-    except InvalidRequest as exc:
-        configure_logging("device-plugin")
-        log.error("invalid settings", extra={"error": str(exc)})
-        return 2
+    # An InvalidRequest here reaches `vslice serve`, which prints it and exits 2.
+    settings = load_settings(DevicePluginSettings, config_path)
     configure_logging("device-plugin", settings.log_level)
     try:
         backend = make_backend(settings)

@@ -6,29 +6,23 @@ variables over the ``--config`` YAML file over these defaults.
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from vslice_services.settings import ServiceSettings
+from vslice_services.settings import NodeServiceSettings
 
 # sockaddr_un.sun_path holds 108 bytes including the terminating NUL.
 MAX_SOCKET_PATH = 107
 
 
-class DevicePluginSettings(ServiceSettings):
+class DevicePluginSettings(NodeServiceSettings):
     """``vslice serve device-plugin``: the kubelet device plugin of one node."""
 
     listen: str = Field(
         default="0.0.0.0:9400",
         description='HTTP address of /healthz and /status, "HOST:PORT".',
-    )
-    node_name: str = Field(
-        default_factory=socket.gethostname,
-        min_length=1,
-        description="This node's name in Kubernetes (default: the host name).",
     )
     backend: Literal["static", "nvml"] = Field(
         default="nvml",
@@ -51,11 +45,6 @@ class DevicePluginSettings(ServiceSettings):
     )
     slots_per_gpu: int = Field(
         default=10, ge=1, le=1000, description="Slices per GPU on the nvml backend."
-    )
-    cache_root: str = Field(
-        default="/var/lib/vslice/containers",
-        description="Host directory holding one region directory per container "
-        "(<cache_root>/<pod uid>/<container>/vslice.cache).",
     )
     container_cache_root: str = Field(
         default="/run/vslice", description="Where those directories appear inside containers."

@@ -7,7 +7,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from vslice_core.errors import InvalidRequest
 
 from vslice_services.deviceplugin.nodeapi import ConnectingNodeApi, NodeApi
 from vslice_services.httpserve import HttpService, Response, configure_logging, run_until_signal
@@ -50,12 +49,8 @@ def metrics_service(
 
 def serve(config_path: str | None) -> int:
     """Run the monitor; the exit status (2 for bad settings)."""
-    try:
-        settings = load_settings(MonitorSettings, config_path)
-    except InvalidRequest as exc:
-        configure_logging("monitor")
-        log.error("invalid settings", extra={"error": str(exc)})
-        return 2
+    # An InvalidRequest here reaches `vslice serve`, which prints it and exits 2.
+    settings = load_settings(MonitorSettings, config_path)
     configure_logging("monitor", settings.log_level)
     pod_names: Callable[[], dict[str, tuple[str, str]]] = dict
     cleanups: list[Callable[[], None]] = []

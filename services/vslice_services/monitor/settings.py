@@ -2,34 +2,23 @@
 
 from __future__ import annotations
 
-import socket
 from typing import Literal
 
 from pydantic import Field
 
-from vslice_services.settings import ServiceSettings
+from vslice_services.settings import NodeServiceSettings
 
 
-class MonitorSettings(ServiceSettings):
+class MonitorSettings(NodeServiceSettings):
     """``vslice serve monitor``: the node's metrics exporter."""
 
     listen: str = Field(
         default="0.0.0.0:9401", description='HTTP address of /metrics and /healthz, "HOST:PORT".'
     )
-    node_name: str = Field(
-        default_factory=socket.gethostname,
-        min_length=1,
-        description="This node's name in Kubernetes (default: the host name).",
-    )
     backend: Literal["static", "nvml"] = Field(
         default="nvml",
         description="nvml adds whole-GPU metrics from the driver (skipped, with one log line, "
         "when NVML cannot start); static exports container metrics only.",
-    )
-    cache_root: str = Field(
-        default="/var/lib/vslice/containers",
-        description="The device plugin's cache_root: <cache_root>/<pod uid>/<container>/"
-        "vslice.cache are the regions read.",
     )
     pod_names: bool = Field(
         default=True,
