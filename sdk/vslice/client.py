@@ -22,7 +22,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-import yaml
+from vslice_core.cluster import load_yaml
 from vslice_kube.workloads import Workloads
 
 from vslice import manifests
@@ -174,11 +174,7 @@ class Client:
 
 def _load_manifest(manifest: Mapping[str, Any] | str) -> dict[str, Any]:
     if isinstance(manifest, str):
-        try:
-            loaded = yaml.safe_load(manifest)
-        except yaml.YAMLError as exc:
-            raise InvalidRequest(f"manifest is not valid YAML: {exc}", field="manifest") from None
-        manifest = loaded
+        manifest = load_yaml(manifest, "manifest")
     if not isinstance(manifest, Mapping):
         raise InvalidRequest(
             f"manifest must be a Pod or Job mapping, got {type(manifest).__name__}",

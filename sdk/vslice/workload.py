@@ -8,6 +8,7 @@ do what they say. For a Job, the pod is the newest one the Job created.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -25,6 +26,17 @@ Until = Literal["scheduled", "running", "completed"]
 UNTIL: Final = ("scheduled", "running", "completed")
 POLL_FIRST_S: Final = 0.2
 POLL_MAX_S: Final = 1.0
+
+
+def check_timeout(timeout: float) -> float:
+    """A wait's limit in seconds (inf waits forever); a negative or NaN limit is a mistake."""
+    if math.isnan(timeout) or timeout < 0:
+        raise InvalidRequest(
+            f"timeout must be a number of seconds >= 0, got {timeout!r}",
+            field="timeout",
+            value=timeout,
+        )
+    return timeout
 
 
 class Workload:
@@ -106,7 +118,7 @@ class Workload:
                 f"until must be one of {', '.join(UNTIL)}, got {until!r}", field="until"
             )
         reached = _CONDITIONS[until]
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + check_timeout(timeout)
         pause = POLL_FIRST_S
         while True:
             pod = self.pod()

@@ -39,6 +39,12 @@ def pod_manifest(data: Any) -> Mapping[str, Any]:
             metadata.setdefault("namespace", outer.get("namespace"))
             metadata.setdefault("name", outer.get("name"))
         return {**template, "kind": "Pod", "metadata": metadata}
+    if kind in _WORKLOADS_WITH_TEMPLATE:
+        raise InvalidRequest(
+            f"spec.template of a {kind} must be a pod template (a mapping), got {template!r}",
+            field="spec.template",
+            value=template,
+        )
     choices = ", ".join(("Pod", *_WORKLOADS_WITH_TEMPLATE))
     raise InvalidRequest(f"kind must be one of {choices}, got {kind!r}", field="kind", value=kind)
 

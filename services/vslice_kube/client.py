@@ -21,7 +21,7 @@ from vslice_core.errors import ClusterError
 
 IN_CLUSTER_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 
-__all__ = ["api_client", "kubeconfig_path"]
+__all__ = ["api_client", "kubeconfig_from_environment", "kubeconfig_path"]
 
 
 def _in_cluster() -> bool:
@@ -40,17 +40,25 @@ def kubeconfig_path(explicit: str | os.PathLike[str] | None = None) -> Path | No
         return path
     if _in_cluster():
         return None
+    found = kubeconfig_from_environment()
+    if found is not None:
+        return found
+    listed = os.environ.get("KUBECONFIG", "")
+    env = f"$KUBECONFIG={listed!r} names no existing file" if listed else "$KUBECONFIG unset"
+    raise ClusterError(
+        "no Kubernetes connection configured: no kubeconfig given, not running in a cluster, "
+        f"{env}, and ~/.kube/config absent "
+        "(for the local lab: `vslice lab up` prints the export line)"
+    )
+
+
+def kubeconfig_from_environment() -> Path | None:
+    """The first existing file of ``$KUBECONFIG``, else ``~/.kube/config`` if it exists."""
     for entry in os.environ.get("KUBECONFIG", "").split(os.pathsep):
         if entry and Path(entry).expanduser().is_file():
             return Path(entry).expanduser()
     default = Path.home() / ".kube" / "config"
-    if default.is_file():
-        return default
-    raise ClusterError(
-        "no Kubernetes connection configured: no kubeconfig given, not running in a cluster, "
-        "$KUBECONFIG unset or missing, and ~/.kube/config absent "
-        "(for the local lab: `vslice lab up` prints the export line)"
-    )
+    return default if default.is_file() else None
 
 
 def api_client(

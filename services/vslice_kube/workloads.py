@@ -24,7 +24,7 @@ from kubernetes import config as k8s_config
 from vslice_core.errors import ClusterError
 
 from vslice_kube.apierrors import translated
-from vslice_kube.client import api_client
+from vslice_kube.client import api_client, kubeconfig_from_environment
 
 __all__ = ["IN_CLUSTER_NAMESPACE", "Workloads", "sdk_kubeconfig"]
 
@@ -42,11 +42,7 @@ def sdk_kubeconfig(explicit: str | os.PathLike[str] | None = None) -> Path | Non
     """
     if explicit:
         return Path(explicit).expanduser()
-    for entry in os.environ.get("KUBECONFIG", "").split(os.pathsep):
-        if entry and Path(entry).expanduser().is_file():
-            return Path(entry).expanduser()
-    default = Path.home() / ".kube" / "config"
-    return default if default.is_file() else None
+    return kubeconfig_from_environment()
 
 
 def default_namespace(kubeconfig: Path | None) -> str:

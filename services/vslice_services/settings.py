@@ -14,13 +14,19 @@ names the key, so a misspelt setting never passes silently. Invalid values raise
 from __future__ import annotations
 
 import os
+import re
 import socket
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-import yaml
 from pydantic import Field, ValidationError, field_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
+from vslice_core.cluster import load_yaml
 from vslice_core.errors import InvalidRequest
 from vslice_core.resources import ResourceNames
 
@@ -180,15 +186,12 @@ def read_config_file(config_path: str | os.PathLike[str] | None) -> dict[str, An
         return {}
     path = Path(config_path)
     try:
-        data = yaml.safe_load(path.read_text())
+        text = path.read_text()
     except OSError as exc:
         raise InvalidRequest(
             f"config file {path}: cannot read: {exc.strerror}", field="config", value=str(path)
         ) from exc
-    except yaml.YAMLError as exc:
-        raise InvalidRequest(
-            f"config file {path}: not valid YAML: {exc}", field="config", value=str(path)
-        ) from exc
+    data = load_yaml(text, f"config file {path}")
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -207,6 +210,21 @@ def load_settings(cls: type[S], config_path: str | os.PathLike[str] | None = Non
         return cls(**values)
     except ValidationError as exc:
         raise _invalid_setting(exc, values, config_path) from exc
+    except SettingsError as exc:
+        raise _unparsable_variable(exc) from exc
+
+
+def _unparsable_variable(exc: SettingsError) -> InvalidRequest:
+    """A nested setting given whole in the environment (``VSLICE_RESOURCES``) as bad JSON."""
+    found = re.search(r'field "(\w+)"', str(exc))
+    name = found.group(1) if found else "settings"
+    variable = f"VSLICE_{name.upper()}"
+    value = os.environ.get(variable)
+    return InvalidRequest(
+        f"settings: {variable} must be a JSON object (or use {variable}__<KEY>), got {value!r}",
+        field=name,
+        value=value,
+    )
 
 
 def _invalid_setting(

@@ -113,6 +113,11 @@ def test_the_text_form_names_the_node_the_gpus_and_the_reasons(tmp_path: Path) -
         ),
         (CLUSTER, pod(container("web")), "spec.containers must request a GPU (nvidia.com/gpu, "),
         (CLUSTER, {"kind": "Service"}, "kind must be one of Pod, Deployment"),
+        (
+            CLUSTER,
+            {"kind": "Deployment", "spec": {}},
+            "spec.template of a Deployment must be a pod template (a mapping), got None",
+        ),
         (CLUSTER, "- just\n- a list\n", "pod must be a Pod manifest (a mapping), got list"),
     ],
 )
@@ -139,6 +144,14 @@ def test_unreadable_files_exit_2(tmp_path: Path) -> None:
     assert len(lines) == 3 and all(
         line.startswith("vslice plan: CLUSTER must be a readable") for line in lines
     )
+
+
+def test_cluster_and_pod_cannot_both_come_from_stdin(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO(yaml.safe_dump(CLUSTER)))
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert main(["plan", "-", "-"]) == 2
+    assert err.getvalue() == "vslice plan: CLUSTER and POD cannot both be '-' (stdin)\n"
 
 
 def _dump() -> dict[str, Any]:

@@ -22,6 +22,9 @@ def _no_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         (["--cores", "101"], "cores must be a whole number 0..100, got 101"),
         (["--gpus", "0"], "gpus must be a whole number 1..64, got 0"),
         (["--gpu-policy", "best"], "gpu_policy must be one of binpack, mutex, spread, topology"),
+        (["--timeout=-1"], "timeout must be a number of seconds >= 0, got -1.0"),
+        (["--timeout", "nan"], "timeout must be a number of seconds >= 0, got nan"),
+        (["--name", "My_Pod"], "name must be a DNS label"),
     ],
 )
 def test_request_exits_2_with_the_field_and_value_and_no_traceback(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -61,7 +62,18 @@ def test_then_the_home_kubeconfig_then_the_in_cluster_account(home: Path) -> Non
 
 
 def test_nothing_configured_is_a_cluster_error_that_says_what_was_tried(home: Path) -> None:
-    with pytest.raises(vslice.ClusterError, match=r"\$KUBECONFIG unset or missing"):
+    with pytest.raises(vslice.ClusterError, match=r"\$KUBECONFIG unset"):
+        vslice.Client()
+
+
+def test_a_kubeconfig_variable_naming_no_file_is_quoted_in_the_error(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    listed = f"{tmp_path / 'gone'}:{tmp_path / 'also-gone'}"
+    monkeypatch.setenv("KUBECONFIG", listed)
+    with pytest.raises(
+        vslice.ClusterError, match=re.escape(f"KUBECONFIG={listed!r} names no existing file")
+    ):
         vslice.Client()
 
 
@@ -86,3 +98,12 @@ def test_an_unreadable_kubeconfig_is_a_cluster_error(tmp_path: Path) -> None:
         vslice.Client(broken)
     with pytest.raises(vslice.ClusterError, match="does not exist"):
         vslice.Client(tmp_path / "missing")
+
+
+def test_a_manifest_that_is_not_yaml_is_refused_before_any_cluster_call(tmp_path: Path) -> None:
+    # The server in the kubeconfig listens nowhere: reaching it would be a ClusterError instead.
+    client = vslice.Client(_kubeconfig(tmp_path / "config"))
+    with pytest.raises(
+        vslice.InvalidRequest, match=r"^manifest must be valid YAML or JSON, got .* at line 2$"
+    ):
+        client.submit("kind: Pod\nspec: {containers: [}\n")

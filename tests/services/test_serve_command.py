@@ -59,7 +59,7 @@ def test_the_environment_overrides_the_file_which_overrides_defaults(
         ("listen: nowhere\n", "listen must be HOST:PORT, got 'nowhere'"),
         ("log_level: loud\n", "log_level"),
         ("- a list\n", "must be a mapping of settings"),
-        ("listen: [\n", "not valid YAML"),
+        ("listen: [\n", "bad.yaml must be valid YAML or JSON, got .* at line 2$"),
     ],
 )
 def test_a_bad_setting_is_reported_by_name_and_value(
@@ -69,6 +69,16 @@ def test_a_bad_setting_is_reported_by_name_and_value(
     path.write_text(content)
     with pytest.raises(InvalidRequest, match=expected.replace("[", r"\[")):
         load_settings(WebhookSettings, path)
+
+
+def test_a_nested_setting_in_the_environment_that_is_not_json_is_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("VSLICE_RESOURCES", "{bad")
+    with pytest.raises(
+        InvalidRequest, match=r"^settings: VSLICE_RESOURCES must be a JSON object .* got '\{bad'$"
+    ):
+        load_settings(WebhookSettings)
 
 
 def test_a_missing_config_file_is_named(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from vslice_core.cluster import Cluster, cluster_from_dump, load_yaml, parse_cluster
-from vslice_core.errors import VsliceError
+from vslice_core.errors import InvalidRequest, VsliceError
 from vslice_core.plan import plan, render_plan
 
 
@@ -49,6 +49,11 @@ def _cluster(text: str, from_dump: bool) -> Cluster:
 
 def run(args: argparse.Namespace) -> int:
     try:
+        if args.cluster == "-" and args.pod == "-":
+            # The first read would take all of stdin and leave POD empty.
+            raise InvalidRequest(
+                "CLUSTER and POD cannot both be '-' (stdin)", field="POD", value="-"
+            )
         cluster = _cluster(_read(args.cluster, "CLUSTER"), args.from_dump)
         result = plan(cluster, load_yaml(_read(args.pod, "POD"), "POD"))
     except VsliceError as error:

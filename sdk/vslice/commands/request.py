@@ -25,7 +25,9 @@ from vslice.commands.options import (
     fail,
 )
 from vslice.errors import VsliceError
+from vslice.manifests import check_name
 from vslice.slices import Slice
+from vslice.workload import check_timeout
 
 WAIT_CHOICES = ("scheduled", "running", "completed", "none")
 
@@ -84,6 +86,9 @@ def run(args: argparse.Namespace) -> int:
     command = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
     try:
         wanted = _slice(args)
+        check_timeout(args.timeout)  # refused before anything is created
+        if args.name is not None:
+            check_name(args.name)
         with connect(args, args.namespace) as client:
             if args.dry_run:
                 plan = client.plan(wanted)
