@@ -8,9 +8,12 @@ built with ``make -C shim`` when missing (gcc only, no driver needed).
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE_DIR = ROOT / "shim" / "build" / "fake"
@@ -43,3 +46,20 @@ def fake_nvml_env(tmp: Path, devices: int = 2, memory: str = "8g") -> dict[str, 
 def fake_uuid(index: int) -> str:
     """The UUID the fake reports for device ``index`` (shim/fake/device.c)."""
     return f"GPU-56534c46-414b-4510-8000-0000000000{index:02x}"
+
+
+def run_probe(probe: str, tmp: Path, devices: int = 2, memory: str = "8g") -> Any:
+    """Run ``probe`` (Python printing one JSON value) in a child on the fake; its parsed output.
+
+    The fake is built from shim/ in every run: a missing export is a bug, not an absent GPU.
+    """
+    assert missing_symbols() == [], "the fake libnvidia-ml.so.1 lacks functions pynvml needs"
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        env=fake_nvml_env(tmp, devices=devices, memory=memory),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)

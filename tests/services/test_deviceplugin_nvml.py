@@ -3,12 +3,11 @@ in a child process (no GPU or driver exists here; the fake stands in for the dri
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
 
-from fake_nvml import fake_nvml_env, fake_uuid, missing_symbols
+from fake_nvml import fake_nvml_env, fake_uuid, run_probe
 
 PROBE = """
 import json
@@ -27,17 +26,7 @@ backend.close()
 
 
 def test_nvml_backend_reads_every_gpu_through_pynvml(tmp_path: Path) -> None:
-    # The fake is built from shim/ in every run: a missing export is a bug, not an absent GPU.
-    assert missing_symbols() == [], "the fake libnvidia-ml.so.1 lacks functions pynvml needs"
-    result = subprocess.run(
-        [sys.executable, "-c", PROBE],
-        env=fake_nvml_env(tmp_path, devices=2, memory="8g"),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
-    found = json.loads(result.stdout)
+    found = run_probe(PROBE, tmp_path, devices=2, memory="8g")
     assert found["gpus"] == [
         {
             "uuid": fake_uuid(i),
