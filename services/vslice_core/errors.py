@@ -54,3 +54,11 @@ class ClusterError(VsliceError):
 
 class Timeout(VsliceError, TimeoutError):
     """A wait for a cluster state ran past its deadline."""
+
+
+def one_line(message: object) -> str:
+    """``message`` as one printable line: commands promise a single line on stderr."""
+    text = str(message)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)

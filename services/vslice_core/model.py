@@ -254,10 +254,16 @@ class Decision(_Model):
         return self.node is not None
 
 
+def _field_part(part: object) -> str:
+    # Keys come from user YAML: one like "\n" or "" must not break the one-line message.
+    text = str(part)
+    return text if text.isprintable() and text.strip() == text and text else repr(text)
+
+
 def validation_message(error: ValidationError, prefix: str = "") -> tuple[str, str]:
     """The first problem of a pydantic error as (field, "<field> must be ..., got <value>")."""
     first = error.errors()[0]
-    field = ".".join(str(part) for part in (prefix, *first["loc"]) if part != "") or "value"
+    field = ".".join(_field_part(part) for part in (prefix, *first["loc"]) if part != "") or "value"
     value = first.get("input")
     shown = repr(value)
     shown = shown if len(shown) <= 120 else shown[:120] + "..."

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 from core_builders import container, gpu, node, pod, used
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from vslice.cli import main
 from vslice_core.annotations import ALLOCATION, NODE_GPUS, encode_allocation, encode_node_gpus
@@ -211,6 +211,7 @@ def test_a_workload_manifest_is_planned_through_its_pod_template(tmp_path: Path)
         max_leaves=20,
     ).map(yaml.safe_dump)
 )
+@example(text="? '\n\n'\n")  # a key made of newlines once broke the one-line promise
 def test_arbitrary_input_never_produces_a_traceback(text: str) -> None:
     import tempfile
 

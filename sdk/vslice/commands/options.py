@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
+from vslice_core.errors import one_line
+
 from vslice.errors import InvalidRequest, VsliceError
 
 if TYPE_CHECKING:
@@ -32,5 +34,5 @@ def connect(args: argparse.Namespace, namespace: str | None = None) -> Client:
 
 def fail(command: str, exc: VsliceError) -> int:
     """Print the error (never a traceback) and return the exit status it deserves."""
-    print(f"vslice {command}: {exc}", file=sys.stderr)
+    print(f"vslice {command}: {one_line(exc)}", file=sys.stderr)
     return EXIT_INVALID if isinstance(exc, InvalidRequest) else EXIT_FAILED

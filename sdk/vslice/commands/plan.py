@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from vslice_core.cluster import Cluster, cluster_from_dump, load_yaml, parse_cluster
-from vslice_core.errors import InvalidRequest, VsliceError
+from vslice_core.errors import InvalidRequest, VsliceError, one_line
 from vslice_core.plan import plan, render_plan
 
 
@@ -57,11 +57,12 @@ def run(args: argparse.Namespace) -> int:
         cluster = _cluster(_read(args.cluster, "CLUSTER"), args.from_dump)
         result = plan(cluster, load_yaml(_read(args.pod, "POD"), "POD"))
     except VsliceError as error:
-        print(f"vslice plan: {error}", file=sys.stderr)
+        print(f"vslice plan: {one_line(error)}", file=sys.stderr)
         return 2
     except (ValueError, TypeError, RecursionError) as error:
         # Input shapes no validator anticipated: still one line, never a traceback.
-        print(f"vslice plan: input must be a valid cluster and pod, got {error}", file=sys.stderr)
+        message = f"input must be a valid cluster and pod, got {error}"
+        print(f"vslice plan: {one_line(message)}", file=sys.stderr)
         return 2
     print(json.dumps(result) if args.json else render_plan(result))
     return 0 if result["fits"] else 1
