@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from vslice_core.errors import DecodeError
 from vslice_core.model import (
@@ -33,6 +33,7 @@ NODE_GPUS = "vslice.io/node-gpus"
 ALLOCATION = "vslice.io/allocation"
 DELIVERED = "vslice.io/delivered"
 NODE_LOCK = "vslice.io/node-lock"
+BIND_TIME = "vslice.io/bind-time"
 
 # Pod annotations a user may set, and HAMi's spelling of each.
 GPU_TYPE = "vslice.io/gpu-type"
@@ -59,6 +60,14 @@ HAMI_DEVICES_ALLOCATED = "hami.io/vgpu-devices-allocated"
 _SHOWN = 120  # characters of a bad value quoted in an error message
 
 
+def _utc(value: datetime) -> datetime:
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+# A time without a zone is read as UTC: a hand-written value must not fail or shift.
+UtcDatetime = Annotated[datetime, AfterValidator(_utc)]
+
+
 class Delivery(BaseModel):
     """The device plugin's record that Allocate handed a pod's slices to the kubelet."""
 
@@ -66,12 +75,7 @@ class Delivery(BaseModel):
 
     node: str = Field(min_length=1)
     containers: list[str] = Field(default_factory=list, description="containers delivered")
-    time: datetime
-
-    @field_validator("time")
-    @classmethod
-    def _aware(cls, value: datetime) -> datetime:
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    time: UtcDatetime
 
 
 class NodeLock(BaseModel):
@@ -80,15 +84,18 @@ class NodeLock(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     holder: str = Field(min_length=1)
-    expires: datetime
-
-    @field_validator("expires")
-    @classmethod
-    def _aware(cls, value: datetime) -> datetime:
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    expires: UtcDatetime
 
     def expired(self, now: datetime) -> bool:
         return now >= self.expires
+
+
+class BindTime(BaseModel):
+    """When the extender bound a pod (microseconds): the order the kubelet receives pods in."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    time: UtcDatetime
 
 
 class _NodeGpus(BaseModel):
@@ -163,6 +170,14 @@ def encode_delivered(delivery: Delivery) -> str:
 
 def decode_delivered(value: str) -> Delivery:
     return _validated(Delivery, DELIVERED, _load_versioned(DELIVERED, value), value)
+
+
+def encode_bind_time(moment: datetime) -> str:
+    return _dump(BindTime(time=moment))
+
+
+def decode_bind_time(value: str) -> datetime:
+    return _validated(BindTime, BIND_TIME, _load_versioned(BIND_TIME, value), value).time
 
 
 def encode_node_lock(lock: NodeLock) -> str:

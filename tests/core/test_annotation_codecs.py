@@ -91,7 +91,18 @@ def test_node_locks_round_trip(holder: str, expires: datetime) -> None:
     assert decoded.expired(expires) and not decoded.expired(datetime(1999, 1, 1, tzinfo=UTC))
 
 
+@given(times)
+def test_bind_times_round_trip_to_the_microsecond(moment: datetime) -> None:
+    assert codec.decode_bind_time(codec.encode_bind_time(moment)) == moment
+
+
+def test_a_bind_time_without_a_zone_is_read_as_utc() -> None:
+    value = '{"version": 1, "time": "2026-11-30T07:00:00.5"}'
+    assert codec.decode_bind_time(value) == datetime(2026, 11, 30, 7, 0, 0, 500000, tzinfo=UTC)
+
+
 DECODERS = [
+    (codec.BIND_TIME, codec.decode_bind_time),
     (codec.ALLOCATION, codec.decode_allocation),
     (codec.DELIVERED, codec.decode_delivered),
     (codec.NODE_LOCK, codec.decode_node_lock),

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ import pytest
 from conftest import LabHandle
 from extender_processes import audit, extender_process, free_slices, wait_until
 from kubernetes.client.exceptions import ApiException
-from vslice_core.annotations import ALLOCATION, decode_allocation
+from vslice_core.annotations import ALLOCATION, BIND_TIME, decode_allocation, decode_bind_time
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -262,7 +263,10 @@ def test_a_repeated_bind_is_answered_as_done_and_a_replaced_pod_is_not_bound(
         meta = pod["metadata"]
         binding = {"PodName": "once", "PodNamespace": emptied, "PodUID": meta["uid"], "Node": node}
         assert replica.post("bind", binding) == {"Error": ""}
-        first = services.read_pod(emptied, "once")["metadata"]["annotations"][ALLOCATION]
+        annotations = services.read_pod(emptied, "once")["metadata"]["annotations"]
+        first = annotations[ALLOCATION]
+        # the Binding carried the bind time too: the device plugin's matching order
+        assert decode_bind_time(annotations[BIND_TIME]) <= datetime.now(UTC)
         # the scheduler timed out and asks again: same answer, same allocation
         assert replica.post("bind", binding) == {"Error": ""}
         assert services.read_pod(emptied, "once")["metadata"]["annotations"][ALLOCATION] == first

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -24,6 +25,7 @@ from vslice_services.deviceplugin.preferred import preferred_ids
 from vslice_services.deviceplugin.settings import DevicePluginSettings
 
 NODE = "n1"
+T0, T1 = "2026-01-01T10:00:00Z", "2026-01-01T10:00:01Z"
 
 
 def grant(uuid: str = "GPU-a", index: int = 0, memory: int = 1024, cores: int = 30) -> GpuGrant:
@@ -38,6 +40,7 @@ def facts(
     node: str = NODE,
     delivered: frozenset[str] = frozenset(),
     finished: bool = False,
+    bound: str | None = None,
 ) -> PodFacts:
     allocation = Allocation(
         node=node,
@@ -46,7 +49,8 @@ def facts(
             for c, n in containers.items()
         ],
     )
-    return PodFacts("ns", name, f"uid-{name}", since, allocation, delivered, finished)
+    bound_at = datetime.fromisoformat(bound) if bound else None
+    return PodFacts("ns", name, f"uid-{name}", since, allocation, delivered, finished, bound_at)
 
 
 # -- pending containers and choosing one ----------------------------------------------------------
@@ -103,7 +107,7 @@ def test_choose_takes_the_oldest_pending_container_of_the_requested_size() -> No
 
 def test_choose_skips_claimed_containers_so_concurrent_calls_get_different_pods() -> None:
     pending = pending_containers(
-        [facts("old", "1", {"main": 1}), facts("new", "2", {"main": 1})], NODE
+        [facts("old", T0, {"main": 1}), facts("new", T1, {"main": 1})], NODE
     )
     first = choose(pending, 1, claimed=set())
     assert first is not None
@@ -120,9 +124,11 @@ def test_choose_skips_claimed_containers_so_concurrent_calls_get_different_pods(
 def test_repeated_choosing_hands_out_each_pending_container_exactly_once(
     pods: list[tuple[int, int]],
 ) -> None:
-    pending = pending_containers(
-        [facts(f"p{n}", f"{t:04d}", {"main": size}) for n, (t, size) in enumerate(pods)], NODE
-    )
+    made = [
+        facts(f"p{n}", f"2026-01-01T10:{t:02d}:00Z", {"main": size})
+        for n, (t, size) in enumerate(pods)
+    ]
+    pending = pending_containers(made, NODE)
     claimed: set[tuple[str, str]] = set()
     for size in (1, 2, 3):
         while (item := choose(pending, size, claimed)) is not None:
@@ -164,6 +170,44 @@ def test_pod_facts_read_the_allocation_and_the_delivered_containers() -> None:
     assert found.delivered == {"c"}
     assert found.since == "2026-01-01T10:00:00Z"
     assert not found.finished
+
+
+def test_pods_created_in_the_same_second_are_matched_in_binding_order() -> None:
+    # Same second, same GPU count: names say "a" first, but "b" was bound (and so reached the
+    # kubelet) first. Matching by name would swap the two pods' slices.
+    same = "2026-01-01T10:00:00Z"
+    pods = [
+        facts("a", same, {"main": 1}, bound="2026-01-01T10:00:00.730000Z"),
+        facts("b", same, {"main": 1}, bound="2026-01-01T10:00:00.120000Z"),
+    ]
+    first = choose(pending_containers(pods, NODE), 1, ())
+    assert first is not None and first.pod == "b"
+
+
+def test_binding_order_wins_over_creation_order() -> None:
+    # "old" was created first but waited for room; "new" was bound and reached the kubelet first.
+    pods = [
+        facts("old", "2026-01-01T10:00:00Z", {"main": 1}, bound="2026-01-01T10:05:00.5Z"),
+        facts("new", "2026-01-01T10:03:00Z", {"main": 1}, bound="2026-01-01T10:03:00.2Z"),
+    ]
+    assert [p.pod for p in pending_containers(pods, NODE)] == ["new", "old"]
+
+
+def test_pods_without_a_bind_time_fall_back_to_their_creation_time() -> None:
+    pods = [
+        facts("late", "2026-01-01T10:00:02Z", {"main": 1}),
+        facts("bound", "2026-01-01T10:00:00Z", {"main": 1}, bound="2026-01-01T10:00:01.5Z"),
+        facts("early", "2026-01-01T10:00:01Z", {"main": 1}),
+    ]
+    assert [p.pod for p in pending_containers(pods, NODE)] == ["early", "bound", "late"]
+
+
+def test_pod_facts_read_the_bind_time_and_ignore_a_malformed_one() -> None:
+    moment = datetime(2026, 1, 1, 10, 0, 0, 250000, tzinfo=UTC)
+    assert pod_facts(pod({ann.BIND_TIME: ann.encode_bind_time(moment)})).bound == moment
+    # Someone else's bad value is only a lost hint: the pod itself still counts.
+    found = pod_facts(pod({ann.BIND_TIME: "yesterday"}))
+    assert found.bound is None and found.arrival == datetime(2026, 1, 1, 10, tzinfo=UTC)
 
 
 def test_a_pod_being_deleted_counts_as_finished() -> None:

@@ -54,6 +54,11 @@ def pod_facts(pod: Mapping[str, Any]) -> PodFacts:
     allocation = ann.decode_allocation(allocation_text) if allocation_text else None
     delivered = ann.decode_delivered(delivered_text).containers if delivered_text else []
     phase = (pod.get("status") or {}).get("phase", "")
+    bound_text = annotations.get(ann.BIND_TIME)
+    try:
+        bound = ann.decode_bind_time(bound_text) if bound_text else None
+    except DecodeError:
+        bound = None  # only an ordering hint: fall back to the creation time, keep the pod
     return PodFacts(
         namespace=meta.get("namespace", "default"),
         name=meta.get("name", ""),
@@ -62,6 +67,7 @@ def pod_facts(pod: Mapping[str, Any]) -> PodFacts:
         allocation=allocation,
         delivered=frozenset(delivered),
         finished=phase in ("Succeeded", "Failed") or bool(meta.get("deletionTimestamp")),
+        bound=bound,
     )
 
 

@@ -5,10 +5,15 @@ from the cluster's own record, as a pure function over plain data:
 
 1. Pending containers are those of pods on this node that carry an allocation for this node,
    are not finished or being deleted, and whose container is not yet marked delivered.
-2. They are ordered by pod creation time, then namespace/name, then init containers before
-   app containers, then position in the allocation. The kubelet admits pods in the order they
-   reach it (a batch in creation order) and allocates a pod's containers in order, init
-   containers first, so the oldest pending container is the one being started.
+2. They are ordered by arrival, then namespace/name, then init containers before app
+   containers, then position in the allocation. Arrival is the extender's bind time
+   (``vslice.io/bind-time``, microseconds), else the pod's creation time. The kubelet watches
+   the pods bound to its node and admits each as its watch event arrives, so it starts pods in
+   binding order; the extender binds under the node's lock, so on one node bind times follow
+   that order too. A pod's containers are allocated in order, init containers first, so the
+   first pending container is the one being started. (Pods bound while the kubelet was down
+   reach it in one batch that it sorts by creation time; two of those with the same GPU count
+   can still be matched the other way round.)
 3. A candidate must have as many granted GPUs as the kubelet asked devices for; the oldest
    such candidate wins. The device IDs themselves say nothing about the pod: the kubelet may
    pick any free IDs, so they are deliberately not used to choose.
@@ -21,10 +26,12 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from vslice_core.model import Allocation, GpuGrant
 
 ContainerKey = tuple[str, str]  # (pod uid, container name)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -38,6 +45,17 @@ class PodFacts:
     allocation: Allocation | None
     delivered: frozenset[str] = frozenset()
     finished: bool = False
+    bound: datetime | None = None  # the extender's bind time, when it recorded one
+
+    @property
+    def arrival(self) -> datetime:
+        """When the kubelet saw the pod: its bind time, else its creation time."""
+        if self.bound is not None:
+            return self.bound
+        try:
+            return datetime.fromisoformat(self.since).astimezone(UTC)
+        except ValueError:
+            return _EPOCH  # no or unreadable creation time: first, as before any other
 
 
 @dataclass(frozen=True)
@@ -47,7 +65,7 @@ class PendingContainer:
     uid: str
     container: str
     position: int
-    since: str
+    arrival: datetime
     init: bool
     grants: tuple[GpuGrant, ...]
 
@@ -56,8 +74,8 @@ class PendingContainer:
         return (self.uid, self.container)
 
     @property
-    def order(self) -> tuple[str, str, str, bool, int]:
-        return (self.since, self.namespace, self.pod, not self.init, self.position)
+    def order(self) -> tuple[datetime, str, str, bool, int]:
+        return (self.arrival, self.namespace, self.pod, not self.init, self.position)
 
     @property
     def uuids(self) -> frozenset[str]:
@@ -80,7 +98,7 @@ def pending_containers(pods: Iterable[PodFacts], node: str) -> list[PendingConta
                     uid=pod.uid,
                     container=container.name,
                     position=position,
-                    since=pod.since,
+                    arrival=pod.arrival,
                     init=container.init,
                     grants=tuple(container.gpus),
                 )

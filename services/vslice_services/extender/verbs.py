@@ -25,9 +25,16 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from vslice_core.annotations import ALLOCATION, decode_allocation, encode_allocation
+from vslice_core.annotations import (
+    ALLOCATION,
+    BIND_TIME,
+    decode_allocation,
+    encode_allocation,
+    encode_bind_time,
+)
 from vslice_core.errors import ClusterError, DecodeError, InvalidRequest, NoFit
 from vslice_core.ledger import Ledger
 from vslice_core.model import Allocation, PodRequest
@@ -249,7 +256,11 @@ class Extender:
                 args.pod_name,
                 args.pod_uid,
                 args.node,
-                {ALLOCATION: encode_allocation(allocation)},
+                {
+                    ALLOCATION: encode_allocation(allocation),
+                    # Taken under the node's lock: the device plugin orders by it.
+                    BIND_TIME: encode_bind_time(datetime.now(UTC)),
+                },
             )
         except ClusterError as exc:
             if exc.code == 409:  # bound already (a retried call), or a newer pod of that name
