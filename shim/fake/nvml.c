@@ -163,6 +163,56 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_
     return NVML_SUCCESS;
 }
 
+/* Like the driver seen from inside a container: the processes holding memory are listed with
+   host PIDs, which do not exist in the caller's PID namespace. The fake keeps no per-process
+   account, so it reports one such process holding everything in use. */
+#define FAKE_HOST_PID 4000000u
+
+static nvmlReturn_t host_processes(nvmlDevice_t device, unsigned int *count,
+                                   unsigned long long *used, int *listed) {
+    NEED_DEVICE(device);
+    if (count == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned long long total;
+    memory_of(device, &total, used);
+    *listed = *used > 0;
+    if (*count < (unsigned)*listed) {
+        *count = (unsigned)*listed;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    *count = (unsigned)*listed;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
+                                                  nvmlProcessInfo_v1_t *infos) {
+    unsigned long long used;
+    int listed;
+    nvmlReturn_t r = host_processes(device, infoCount, &used, &listed);
+    if (r == NVML_SUCCESS && listed) {
+        if (infos == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+        infos[0] = (nvmlProcessInfo_v1_t){FAKE_HOST_PID + device->index, used};
+    }
+    return r;
+}
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
+                                                     nvmlProcessInfo_v2_t *infos) {
+    unsigned long long used;
+    int listed;
+    nvmlReturn_t r = host_processes(device, infoCount, &used, &listed);
+    if (r == NVML_SUCCESS && listed) {
+        if (infos == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+        infos[0] = (nvmlProcessInfo_v2_t){FAKE_HOST_PID + device->index, used, 0xFFFFFFFFu,
+                                          0xFFFFFFFFu};
+    }
+    return r;
+}
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
+                                                     nvmlProcessInfo_t *infos) {
+    return nvmlDeviceGetComputeRunningProcesses_v2(device, infoCount, infos);
+}
+
 /* Events: the fake never has an Xid error, so a wait always times out. */
 struct nvmlEventSet_st {
     unsigned long long types;

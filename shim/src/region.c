@@ -23,6 +23,7 @@ _Static_assert(sizeof(pthread_mutex_t) <= VS_LOCK_BYTES, "the mutex fits the reg
 static vs_region *region;      /* NULL until attached */
 static vs_region_slot *slot;   /* this process's slot, NULL until taken */
 static int attached;           /* 1 = accounting works (shared or private) */
+static int shared;             /* 1 = the container's region file, 0 = private to the process */
 static pthread_once_t attach_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t local_lock = PTHREAD_MUTEX_INITIALIZER; /* device map, slot taking */
 static int device_map[64];     /* CUDA ordinal -> region device index + 1 (0 = unknown) */
@@ -263,7 +264,7 @@ static void attach(void) {
     const struct vs_config *config = vs_config();
     if (!config->tracking) return;
     if (config->region_path != NULL && attach_file(config->region_path) == 0)
-        attached = 1;
+        attached = shared = 1;
     else
         attach_private();
     pthread_atfork(NULL, NULL, after_fork_in_child);
@@ -285,6 +286,22 @@ int vs_region_ready(void) {
 }
 
 vs_region *vs_region_map(void) { return region; }
+
+int vs_region_shared(void) { return vs_region_attached() && shared; }
+
+int vs_device_processes(int dev, struct vs_process *out, int max) {
+    if (vs_region_lock() != 0) return -1;
+    reclaim(0); /* a killed process must not be listed */
+    int count = 0;
+    for (uint32_t i = 0; i < region->header.slot_hwm && i < VS_MAX_SLOTS; i++) {
+        const vs_region_slot *s = &region->slots[i];
+        if (s->pid == 0 || s->used[dev] == 0) continue; /* like the driver: holders only */
+        if (count < max) out[count] = (struct vs_process){s->pid, s->used[dev]};
+        count++;
+    }
+    vs_region_unlock();
+    return count;
+}
 
 int vs_device_by_uuid(const uint8_t uuid[16]) {
     uint32_t count = __atomic_load_n(&region->header.device_count, __ATOMIC_ACQUIRE);

@@ -63,6 +63,14 @@ VS_INTERNAL int vs_parse_percent(const char *text, uint32_t *out);
 VS_INTERNAL int vs_region_attached(void);         /* 1 when the region can be read */
 VS_INTERNAL int vs_region_ready(void);            /* attached, and this process has a slot */
 VS_INTERNAL vs_region *vs_region_map(void);
+VS_INTERNAL int vs_region_shared(void);           /* attached to the container's region file */
+struct vs_process {
+    int32_t pid;   /* in the container's pid namespace */
+    uint64_t used; /* bytes held on the device, context overhead included */
+};
+/* Live processes holding memory on region device dev: the count (may exceed max; the first max
+   are written to out), -1 when the region cannot be locked. */
+VS_INTERNAL int vs_device_processes(int dev, struct vs_process *out, int max);
 VS_INTERNAL int vs_device_index(CUdevice ordinal); /* region device index, -1 = untracked */
 VS_INTERNAL int vs_current_device(void);           /* of the calling thread's context */
 VS_INTERNAL int vs_device_by_uuid(const uint8_t uuid[16]);
@@ -73,6 +81,11 @@ VS_INTERNAL void vs_device_usage(int dev, uint64_t *limit, uint64_t *used);
 VS_INTERNAL int vs_region_lock(void);
 VS_INTERNAL void vs_region_unlock(void);
 VS_INTERNAL uint64_t vs_now_ns(void); /* CLOCK_MONOTONIC */
+
+/* ---- NVML devices (src/nvml/memory.c) ---- */
+/* Region device (-1: none yet) and container index (-1: not visible here) of an NVML device;
+   returns -1 when the shim does not track it. */
+VS_INTERNAL int vs_nvml_place(nvmlDevice_t device, int *dev, int *index);
 
 /* ---- allocations of this process (src/alloc_table.c) ---- */
 enum vs_kind { VS_KIND_PTR = 1, VS_KIND_ARRAY, VS_KIND_MIPMAP, VS_KIND_VMM };

@@ -86,5 +86,12 @@ int main(void) {
     SIZE(nvmlMemory_t);
     SIZE(nvmlMemory_v2_t);
     VALUE(nvmlMemory_v2);
+    SIZE(nvmlProcessInfo_v1_t);
+    OFFSET(nvmlProcessInfo_v1_t, usedGpuMemory);
+    SIZE(nvmlProcessInfo_v2_t);
+    SIZE(nvmlProcessInfo_t);
+    OFFSET(nvmlProcessInfo_v2_t, usedGpuMemory);
+    OFFSET(nvmlProcessInfo_v2_t, gpuInstanceId);
+    OFFSET(nvmlProcessInfo_v2_t, computeInstanceId);
     return 0;
 }

@@ -13,6 +13,9 @@
  *   free                 frees the last allocation (of any kind)    freeall   frees them all
  *   info                 cuMemGetInfo_v2              total:<ordinal>  cuDeviceTotalMem_v2
  *   nvml                 NVML memory of every device (GetMemoryInfo and _v2)
+ *   procs                NVML compute processes of every device: a "procs" line per device
+ *                        (sizing call, room for one, count, whether v1/v2/v3 agree), a "proc"
+ *                        line per process
  *   stress:<threads>:<iterations>:<size>   threads allocating and freeing at once
  *   kernels:<seconds>:<us>[:<api>]   launch <us>-microsecond kernels for <seconds>, syncing
  *                        every 16 (fake driver: a function named fake_kernel_<us>); api is
@@ -127,6 +130,38 @@ static void do_nvml(void) {
         printf("nvml %d index=%u total=%llu used=%llu free=%llu total2=%llu used2=%llu "
                "free2=%llu\n",
                r1 | r2, i, m.total, m.used, m.free, m2.total, m2.used, m2.free);
+    }
+    nvmlShutdown();
+}
+
+static void do_procs(void) {
+    unsigned count = 0;
+    nvmlInit_v2();
+    nvmlDeviceGetCount_v2(&count);
+    for (unsigned i = 0; i < count; i++) {
+        nvmlDevice_t d;
+        nvmlProcessInfo_v1_t v1[64];
+        nvmlProcessInfo_v2_t v2[64];
+        nvmlProcessInfo_t v3[64];
+        unsigned needed = 0, n1 = 64, n2 = 64, n3 = 64;
+        nvmlDeviceGetHandleByIndex_v2(i, &d);
+        int sizing = nvmlDeviceGetComputeRunningProcesses_v3(d, &needed, NULL);
+        unsigned one = 1;
+        int small = nvmlDeviceGetComputeRunningProcesses_v3(d, &one, v3);
+        int r = nvmlDeviceGetComputeRunningProcesses_v3(d, &n3, v3);
+        r |= nvmlDeviceGetComputeRunningProcesses_v2(d, &n2, v2);
+        r |= nvmlDeviceGetComputeRunningProcesses(d, &n1, v1);
+        int agree = n1 == n3 && n2 == n3;
+        for (unsigned k = 0; agree && k < n3; k++)
+            agree = v1[k].pid == v3[k].pid && v2[k].pid == v3[k].pid &&
+                    v1[k].usedGpuMemory == v3[k].usedGpuMemory &&
+                    v2[k].usedGpuMemory == v3[k].usedGpuMemory &&
+                    v2[k].gpuInstanceId == v3[k].gpuInstanceId;
+        printf("procs %d index=%u count=%u sizing=%d needed=%u small=%d one=%u agree=%d\n", r, i,
+               n3, sizing, needed, small, one, agree);
+        for (unsigned k = 0; r == 0 && k < n3; k++)
+            printf("proc 0 index=%u pid=%u used=%llu gi=%u ci=%u\n", i, v3[k].pid,
+                   v3[k].usedGpuMemory, v3[k].gpuInstanceId, v3[k].computeInstanceId);
     }
     nvmlShutdown();
 }
@@ -328,6 +363,8 @@ static void run(const char *arg) {
         printf("%s %d bytes=%zu\n", arg, r, bytes);
     } else if (strcmp(arg, "nvml") == 0) {
         do_nvml();
+    } else if (strcmp(arg, "procs") == 0) {
+        do_procs();
     } else if (ARGS("stress:%lu:%lu:%31s", &a, &b, size_text) == 3) {
         do_stress((int)a, (int)b, test_size(size_text));
     } else if (ARGS("kernels:%lu:%lu:%31s", &a, &b, size_text) == 3) {

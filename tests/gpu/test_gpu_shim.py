@@ -123,6 +123,37 @@ def test_nvidia_smi_shows_the_slice(tmp_path: Path) -> None:
     assert int(out.stdout.strip()) == 3000
 
 
+def test_nvidia_smi_lists_the_containers_processes_from_the_region(tmp_path: Path) -> None:
+    from vslice_shim import open_region
+
+    env = _env(tmp_path, CUDA_DEVICE_MEMORY_LIMIT="3000m")
+    holder = subprocess.Popen(
+        [str(BUILD / "tests" / "probe"), "ctx:0", "alloc:256m", "hold"],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None
+        assert any(line.strip() == "ready" for line in holder.stdout), "the holder ended early"
+        query = ["nvidia-smi", "-i", "0", "--query-compute-apps=pid,used_memory"]
+        out = subprocess.run(
+            [*query, "--format=csv,noheader,nounits"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        listed = {int(p): int(m) for p, m in (line.split(",") for line in out.stdout.splitlines())}
+        with open_region(tmp_path / "region") as region:
+            (slot,) = [p for p in region.snapshot().processes if p.pid == holder.pid]
+        # the shim's account, not the driver's: context overhead included, in MiB
+        assert listed == {holder.pid: slot.memory_used[0] >> 20}
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 UTILISATION = ["nvidia-smi", "-i", "0", "--query-gpu=utilization.gpu", "--format=csv,noheader"]
 
 

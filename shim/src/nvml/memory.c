@@ -48,25 +48,33 @@ static int container_index(nvmlDevice_t device, const char *uuid) {
     return -1; /* not visible to CUDA in this container: report it unchanged */
 }
 
-/* The slice of an NVML device: 0 = no limit (report the device unchanged). */
-static uint64_t slice_of(nvmlDevice_t device, uint64_t *used) {
-    *used = 0;
-    if (!vs_config()->tracking || vs_real.nvmlDeviceGetUUID == NULL) return 0;
+/* Where an NVML device stands for this container: its region device (-1: none yet) and its
+   index in the container (-1: not visible to CUDA here). 0 when found, -1 when untracked. */
+int vs_nvml_place(nvmlDevice_t device, int *dev, int *index) {
+    *dev = *index = -1;
+    if (!vs_config()->tracking || vs_real.nvmlDeviceGetUUID == NULL) return -1;
     char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
     uint8_t raw[16];
     if (vs_real.nvmlDeviceGetUUID(device, uuid, sizeof uuid) != NVML_SUCCESS ||
         parse_uuid(uuid, raw) != 0)
-        return 0;
-    if (vs_region_attached()) { /* a reader such as nvidia-smi takes no slot */
-        int dev = vs_device_by_uuid(raw);
-        if (dev >= 0) {
-            uint64_t limit = 0;
-            vs_device_usage(dev, &limit, used);
-            if (limit != 0) return limit;
-        }
+        return -1;
+    if (vs_region_attached()) *dev = vs_device_by_uuid(raw); /* a reader takes no slot */
+    *index = container_index(device, uuid);
+    if (*index >= VS_MAX_DEVICES) *index = -1;
+    return 0;
+}
+
+/* The slice of an NVML device: 0 = no limit (report the device unchanged). */
+static uint64_t slice_of(nvmlDevice_t device, uint64_t *used) {
+    *used = 0;
+    int dev, index;
+    if (vs_nvml_place(device, &dev, &index) != 0) return 0;
+    if (dev >= 0) {
+        uint64_t limit = 0;
+        vs_device_usage(dev, &limit, used);
+        if (limit != 0) return limit;
     }
-    int index = container_index(device, uuid);
-    return (index >= 0 && index < VS_MAX_DEVICES) ? vs_config()->mem_limit[index] : 0;
+    return index >= 0 ? vs_config()->mem_limit[index] : 0;
 }
 
 static void apply(nvmlDevice_t device, unsigned long long *total, unsigned long long *free,
