@@ -183,18 +183,6 @@ static nvmlReturn_t host_processes(nvmlDevice_t device, unsigned int *count,
     return NVML_SUCCESS;
 }
 
-nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
-                                                  nvmlProcessInfo_v1_t *infos) {
-    unsigned long long used;
-    int listed;
-    nvmlReturn_t r = host_processes(device, infoCount, &used, &listed);
-    if (r == NVML_SUCCESS && listed) {
-        if (infos == NULL) return NVML_ERROR_INVALID_ARGUMENT;
-        infos[0] = (nvmlProcessInfo_v1_t){FAKE_HOST_PID + device->index, used};
-    }
-    return r;
-}
-
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
                                                      nvmlProcessInfo_v2_t *infos) {
     unsigned long long used;
@@ -205,6 +193,16 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsign
         infos[0] = (nvmlProcessInfo_v2_t){FAKE_HOST_PID + device->index, used, 0xFFFFFFFFu,
                                           0xFFFFFFFFu};
     }
+    return r;
+}
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
+                                                  nvmlProcessInfo_v1_t *infos) {
+    nvmlProcessInfo_v2_t full[1]; /* the fake lists one process at most */
+    nvmlReturn_t r = nvmlDeviceGetComputeRunningProcesses_v2(device, infoCount,
+                                                             infos != NULL ? full : NULL);
+    if (r == NVML_SUCCESS && *infoCount == 1)
+        infos[0] = (nvmlProcessInfo_v1_t){full[0].pid, full[0].usedGpuMemory};
     return r;
 }
 
