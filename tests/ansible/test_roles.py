@@ -143,6 +143,11 @@ BAD_INPUT = [
     ),
     (
         "vslice_control_plane",
+        {**GOOD_CONTROL_PLANE, "vslice_control_plane_tls_renew_days": 365},
+        "vslice_control_plane_tls_renew_days",
+    ),
+    (
+        "vslice_control_plane",
         {**GOOD_CONTROL_PLANE, "vslice_control_plane_webhook_failure_policy": "Sometimes"},
         "vslice_control_plane_webhook_failure_policy",
     ),
@@ -214,3 +219,58 @@ def test_the_playbooks_pass_the_syntax_check_with_the_example_inventory() -> Non
             str(ROOT / "playbooks" / playbook),
         )
         assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _issue_certificates(tmp_path: Path, cert_days: int, renew_days: int) -> tuple[str, str]:
+    """Run the role's own TLS tasks on this host into tmp_path; the CA's and webhook's serials.
+
+    The tasks file is imported on its own: the whole role (and its dependency that installs
+    the vslice release) needs a real control plane, which the molecule scenario provides."""
+    role = ROLES / "vslice_control_plane"
+    play = {
+        "name": "TLS",
+        "hosts": "localhost",
+        "connection": "local",
+        "vars_files": [str(role / "defaults" / "main.yml"), str(role / "vars" / "main.yml")],
+        "tasks": [{"ansible.builtin.import_tasks": str(role / "tasks" / "tls.yml")}],
+        "handlers": [{"ansible.builtin.import_tasks": str(role / "handlers" / "main.yml")}],
+    }
+    playbook = tmp_path / "tls.yml"
+    playbook.write_text(yaml.safe_dump([play]))
+    (tmp_path / "pki").mkdir(exist_ok=True)
+    overrides = tmp_path / "vars.json"
+    overrides.write_text(
+        json.dumps(
+            {
+                "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+                "vslice_control_plane_tls_dir": str(tmp_path / "pki"),
+                "vslice_control_plane_webhook_host": "127.0.0.1",
+                "vslice_control_plane_restart_on_change": False,
+                "vslice_control_plane_tls_cert_days": cert_days,
+                "vslice_control_plane_tls_renew_days": renew_days,
+            }
+        )
+    )
+    result = run(tool("ansible-playbook"), "-e", f"@{overrides}", str(playbook), timeout=300)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    pki = tmp_path / "pki"
+    return _serial(pki / "ca.crt"), _serial(pki / "webhook.crt")
+
+
+def _serial(path: Path) -> str:
+    from cryptography import x509
+
+    return format(x509.load_pem_x509_certificate(path.read_bytes()).serial_number, "x")
+
+
+def test_the_webhook_certificate_is_renewed_only_inside_the_renewal_window(
+    tmp_path: Path,
+) -> None:
+    ca, first = _issue_certificates(tmp_path, cert_days=10, renew_days=5)
+    # valid beyond the window: a second run keeps both
+    assert _issue_certificates(tmp_path, cert_days=10, renew_days=5) == (ca, first)
+    # the same 10-day certificate now falls inside a 30-day window: renewed, the CA kept
+    ca_after, renewed = _issue_certificates(tmp_path, cert_days=40, renew_days=30)
+    assert (ca_after, renewed != first) == (ca, True)
+    # the renewed one lasts 40 days: outside the window again
+    assert _issue_certificates(tmp_path, cert_days=40, renew_days=30) == (ca, renewed)
