@@ -5,6 +5,9 @@ it dials the plugin's endpoint back and opens ListAndWatch; a registration count
 the first device list has arrived over that stream (a Register whose endpoint cannot be reached
 is recorded as failed). The stream stays open, as the kubelet's does, and keeps the latest
 device list. The kubelet's own logic (admission, its checkpoint) is not reproduced.
+
+``PodResources`` serves the kubelet's PodResources ``List`` on its own socket, answering with
+whatever the test says the kubelet has admitted.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from pathlib import Path
 import grpc
 from vslice_services.deviceplugin.api import deviceplugin_pb2 as pb
 from vslice_services.deviceplugin.api import deviceplugin_pb2_grpc as pb_grpc
+from vslice_services.deviceplugin.api import podresources_pb2 as pr
+from vslice_services.deviceplugin.api import podresources_pb2_grpc as pr_grpc
 
 
 class Kubelet(pb_grpc.RegistrationServicer):
@@ -76,3 +81,49 @@ def plugin_client(socket: Path, timeout_s: float = 10) -> pb_grpc.DevicePluginSt
     channel = grpc.insecure_channel(f"unix://{socket}")
     grpc.channel_ready_future(channel).result(timeout=timeout_s)
     return pb_grpc.DevicePluginStub(channel)
+
+
+class PodResources(pr_grpc.PodResourcesListerServicer):
+    """The kubelet's PodResources API on ``socket``. ``admit`` lists a pod the way the kubelet
+    does while admitting it (no devices yet); ``serve`` records devices given to a container."""
+
+    def __init__(self, socket: Path) -> None:
+        self.pods: dict[tuple[str, str], dict[str, dict[str, list[str]]]] = {}
+        self.calls = 0
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        pr_grpc.add_PodResourcesListerServicer_to_server(self, self.server)  # type: ignore[no-untyped-call]
+        self.server.add_insecure_port(f"unix://{socket}")
+        self.server.start()
+
+    def admit(self, namespace: str, pod: str, *containers: str) -> None:
+        self.pods[(namespace, pod)] = {name: {} for name in containers}
+
+    def serve(self, namespace: str, pod: str, container: str, resource: str, *ids: str) -> None:
+        self.pods.setdefault((namespace, pod), {}).setdefault(container, {})[resource] = list(ids)
+
+    def List(
+        self, request: pr.ListPodResourcesRequest, context: grpc.ServicerContext
+    ) -> pr.ListPodResourcesResponse:
+        self.calls += 1
+        return pr.ListPodResourcesResponse(
+            pod_resources=[
+                pr.PodResources(
+                    name=name,
+                    namespace=namespace,
+                    containers=[
+                        pr.ContainerResources(
+                            name=container,
+                            devices=[
+                                pr.ContainerDevices(resource_name=r, device_ids=ids)
+                                for r, ids in devices.items()
+                            ],
+                        )
+                        for container, devices in containers.items()
+                    ],
+                )
+                for (namespace, name), containers in self.pods.items()
+            ]
+        )
+
+    def stop(self) -> None:
+        self.server.stop(grace=0).wait()

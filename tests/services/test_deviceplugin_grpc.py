@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ import grpc
 import pytest
 import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from kubelet import Kubelet, plugin_client
+from kubelet import Kubelet, PodResources, plugin_client
 from vslice_core import annotations as ann
 from vslice_core.model import Allocation, ContainerAllocation, GpuGrant
 from vslice_services.deviceplugin.api import deviceplugin_pb2 as pb
@@ -95,6 +96,7 @@ def lab(short_dir: Path, tmp_path: Path) -> Iterator[Lab]:
         preload_file=str(tmp_path / "ld.so.preload"),
         kubelet_poll_seconds=0.1,
         api_wait_seconds=2.0,
+        pod_resources_socket=str(short_dir / "pod-resources.sock"),  # served only when a test asks
     )
     api = MemoryNodeApi()
     api.put_node(NODE)
@@ -112,24 +114,36 @@ def kubelet(lab: Lab) -> Iterator[Kubelet]:
 
 
 @pytest.fixture
+def pod_resources(lab: Lab) -> Iterator[PodResources]:
+    server = PodResources(lab.directory.parent / "pod-resources.sock")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
 def running(lab: Lab, kubelet: Kubelet) -> Lab:
     lab.plugin.start()
     kubelet.next_registration()
     return lab
 
 
-def gpu_pod(name: str, created: str, grants: dict[str, list[GpuGrant]]) -> dict[str, Any]:
+def gpu_pod(
+    name: str, created: str, grants: dict[str, list[GpuGrant]], bound: str | None = None
+) -> dict[str, Any]:
     allocation = Allocation(
         node=NODE,
         containers=[ContainerAllocation(name=c, gpus=g) for c, g in grants.items()],
     )
+    annotations = {ann.ALLOCATION: ann.encode_allocation(allocation)}
+    if bound is not None:
+        annotations[ann.BIND_TIME] = ann.encode_bind_time(datetime.fromisoformat(bound))
     return {
         "metadata": {
             "name": name,
             "namespace": "team-a",
             "uid": f"uid-{name}",
             "creationTimestamp": created,
-            "annotations": {ann.ALLOCATION: ann.encode_allocation(allocation)},
+            "annotations": annotations,
         },
         "spec": {"nodeName": NODE, "containers": [{"name": c} for c in grants]},
         "status": {"phase": "Pending"},
@@ -392,6 +406,55 @@ def test_a_delivery_record_that_cannot_be_written_is_retried_and_not_lost(runnin
             break
         time.sleep(0.05)
     assert delivered(running.api, "train") == ["main"]
+
+
+# -- the kubelet's own record (PodResources) ------------------------------------------------------
+
+
+def test_the_pod_the_kubelet_is_admitting_gets_its_slice_whatever_the_bind_order(
+    running: Lab, pod_resources: PodResources
+) -> None:
+    same = "2026-01-01T10:00:00Z"
+    first = gpu_pod("first", same, {"main": [grant(GPU_A, 0, 1000)]}, "2026-01-01T10:00:00.1Z")
+    second = gpu_pod("second", same, {"main": [grant(GPU_A, 0, 2000)]}, "2026-01-01T10:00:00.2Z")
+    running.api.put_pod(first)
+    running.api.put_pod(second)
+    # The kubelet admits "second" first (say both reached it in one batch after a restart).
+    pod_resources.admit("team-a", "second", "main")
+    client = running.client()
+    assert allocate(client, f"{GPU_A}::0").envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "2000m"
+    pod_resources.serve("team-a", "second", "main", "nvidia.com/gpu", f"{GPU_A}::0")
+    pod_resources.admit("team-a", "first", "main")
+    assert allocate(client, f"{GPU_A}::1").envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "1000m"
+    assert pod_resources.calls >= 2
+    assert running.plugin.status()["pod_resources"] == "ok"
+
+
+def test_a_container_the_kubelet_already_served_is_never_handed_out_again(
+    running: Lab, pod_resources: PodResources
+) -> None:
+    # "old" got its devices before a plugin restart, and its delivered record was never
+    # written: only the kubelet remembers. Without that record it would look pending.
+    running.api.put_pod(gpu_pod("old", "2026-01-01T09:00:00Z", {"main": [grant(GPU_A, 0, 1000)]}))
+    pod_resources.serve("team-a", "old", "main", "nvidia.com/gpu", f"{GPU_A}::0")
+    pod_resources.serve("team-a", "old", "main", "example.com/other", "x")
+    with pytest.raises(grpc.RpcError) as raised:
+        allocate(running.client(), f"{GPU_A}::1")
+    assert raised.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    running.api.put_pod(gpu_pod("new", "2026-01-01T10:00:00Z", {"main": [grant(GPU_A, 0, 3000)]}))
+    assert allocate(running.client(), f"{GPU_A}::1").envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "3000m"
+
+
+def test_without_the_pod_resources_api_matching_uses_the_binding_order(running: Lab) -> None:
+    same = "2026-01-01T10:00:00Z"
+    running.api.put_pod(
+        gpu_pod("later", same, {"main": [grant(GPU_A, 0, 1000)]}, "2026-01-01T10:00:00.9Z")
+    )
+    running.api.put_pod(
+        gpu_pod("sooner", same, {"main": [grant(GPU_A, 0, 2000)]}, "2026-01-01T10:00:00.3Z")
+    )
+    assert allocate(running.client(), f"{GPU_A}::0").envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "2000m"
+    assert str(running.plugin.status()["pod_resources"]).startswith("unavailable: no socket")
 
 
 # -- the kubelet going away and coming back -----------------------------------------------------

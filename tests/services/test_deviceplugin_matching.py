@@ -13,6 +13,7 @@ from vslice_core import annotations as ann
 from vslice_core.errors import DecodeError, InvalidRequest
 from vslice_core.model import Allocation, ContainerAllocation, GpuGrant
 from vslice_services.deviceplugin.allocator import pod_facts
+from vslice_services.deviceplugin.api import podresources_pb2 as pr
 from vslice_services.deviceplugin.delivery import Layout, delivery, environment
 from vslice_services.deviceplugin.devices import (
     VirtualDevice,
@@ -20,7 +21,13 @@ from vslice_services.deviceplugin.devices import (
     parse_device_id,
     virtual_devices,
 )
-from vslice_services.deviceplugin.pending import PodFacts, choose, pending_containers
+from vslice_services.deviceplugin.pending import (
+    KubeletView,
+    PodFacts,
+    choose,
+    pending_containers,
+)
+from vslice_services.deviceplugin.podresources import kubelet_view
 from vslice_services.deviceplugin.preferred import preferred_ids
 from vslice_services.deviceplugin.settings import DevicePluginSettings
 
@@ -200,6 +207,44 @@ def test_pods_without_a_bind_time_fall_back_to_their_creation_time() -> None:
         facts("early", "2026-01-01T10:00:01Z", {"main": 1}),
     ]
     assert [p.pod for p in pending_containers(pods, NODE)] == ["early", "bound", "late"]
+
+
+def test_the_kubelets_record_removes_served_containers_and_picks_the_admitted_pod() -> None:
+    pods = [
+        facts("served", T0, {"main": 1}),  # got devices; its delivered record was lost
+        facts("queued", T0, {"main": 1}, bound="2026-01-01T10:00:00.1Z"),
+        facts("admitting", T1, {"main": 1}, bound="2026-01-01T10:00:01.9Z"),
+    ]
+    kubelet = KubeletView({("ns", "served"): frozenset({"main"}), ("ns", "admitting"): frozenset()})
+    pending = pending_containers(pods, NODE, kubelet)
+    assert [p.pod for p in pending] == ["queued", "admitting"]
+    chosen = choose(pending, 1, (), kubelet)
+    assert chosen is not None and chosen.pod == "admitting"
+    # a kubelet whose list lags (no candidate listed yet): the order decides
+    assert choose(pending, 1, (), KubeletView()) == choose(pending, 1, ())
+
+
+def test_the_kubelet_view_counts_only_containers_holding_devices_of_our_resource() -> None:
+    def devices(resource: str, *ids: str) -> pr.ContainerDevices:
+        return pr.ContainerDevices(resource_name=resource, device_ids=list(ids))
+
+    response = pr.ListPodResourcesResponse(
+        pod_resources=[
+            pr.PodResources(
+                name="p",
+                namespace="ns",
+                containers=[
+                    pr.ContainerResources(name="gpu", devices=[devices("nvidia.com/gpu", "a")]),
+                    pr.ContainerResources(name="nic", devices=[devices("example.com/nic", "n")]),
+                    pr.ContainerResources(name="empty", devices=[devices("nvidia.com/gpu")]),
+                ],
+            ),
+            pr.PodResources(name="cpu-only", namespace="ns"),
+        ]
+    )
+    view = kubelet_view(response, "nvidia.com/gpu")
+    assert view.pods == {("ns", "p"): frozenset({"gpu"}), ("ns", "cpu-only"): frozenset()}
+    assert view.knows("ns", "cpu-only") and not view.knows("other", "p")
 
 
 def test_pod_facts_read_the_bind_time_and_ignore_a_malformed_one() -> None:

@@ -30,6 +30,7 @@ from vslice_services.deviceplugin.devices import gpus_of
 from vslice_services.deviceplugin.nodeapi import NodeApi
 from vslice_services.deviceplugin.pending import (
     ContainerKey,
+    KubeletView,
     PendingContainer,
     PodFacts,
     choose,
@@ -81,6 +82,7 @@ class Allocator:
         *,
         api_wait_s: float = 10.0,
         shim_env: Mapping[str, str] | None = None,
+        kubelet_view: Callable[[], KubeletView | None] = lambda: None,
     ) -> None:
         self.node = node
         self.api = api
@@ -88,6 +90,7 @@ class Allocator:
         self.gpu_minors = gpu_minors
         self.api_wait_s = api_wait_s
         self.shim_env = dict(shim_env or {})
+        self.kubelet_view = kubelet_view  # the kubelet's PodResources record, None if unknown
         self._lock = threading.Lock()
         self._claims: dict[ContainerKey, PendingContainer] = {}
         self._undelivered: dict[str, PendingContainer] = {}  # pod uid -> last claim to record
@@ -102,10 +105,11 @@ class Allocator:
         """
         minors = self.gpu_minors()
         gpus_of(device_ids, minors)
+        kubelet = self.kubelet_view()
         with self._lock:
             facts = self._facts(self._list_pods())
-            pending = pending_containers(facts, self.node)
-            chosen = choose(pending, len(device_ids), self._claims)
+            pending = pending_containers(facts, self.node, kubelet)
+            chosen = choose(pending, len(device_ids), self._claims, kubelet)
             if chosen is None:
                 waiting = [item for item in pending if item.key not in self._claims]
                 raise NoPendingAllocation(
@@ -220,13 +224,14 @@ class Allocator:
     def preferred(
         self, available: Sequence[str], must_include: Sequence[str], size: int
     ) -> list[str]:
-        """Prefer slots on the GPUs of the oldest pending allocation of this size."""
+        """Prefer slots on the GPUs of the pending allocation of this size Allocate will take."""
         target: list[str] = []
+        kubelet = self.kubelet_view()
         try:
             with self._lock:
                 facts = self._facts(self.api.pods_on_node(self.node))
-                pending = pending_containers(facts, self.node)
-                chosen = choose(pending, size, self._claims)
+                pending = pending_containers(facts, self.node, kubelet)
+                chosen = choose(pending, size, self._claims, kubelet)
             if chosen is not None:
                 target = [grant.uuid for grant in chosen.grants]
         except ClusterError as exc:

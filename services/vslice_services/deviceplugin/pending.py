@@ -20,12 +20,17 @@ from the cluster's own record, as a pure function over plain data:
 4. Containers claimed by an earlier Allocate (not yet visible as delivered) are skipped, so two
    concurrent calls never take the same allocation; the caller holds a lock around
    choose-and-claim.
+5. When the kubelet's PodResources API answers, its record wins over the cluster's: a
+   container the kubelet already gave devices of the resource to is not pending (even if its
+   delivered record was never written), and among the candidates, pods the kubelet already
+   lists come first. The kubelet adds a pod to its pod manager just before admitting it and
+   admits one pod at a time, so the pod it lists without devices is the one being started.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from vslice_core.model import Allocation, GpuGrant
@@ -59,6 +64,20 @@ class PodFacts:
 
 
 @dataclass(frozen=True)
+class KubeletView:
+    """The kubelet's own record (PodResources ``List``): the pods it runs or is admitting, by
+    (namespace, name), each with the containers already holding devices of our resource."""
+
+    pods: Mapping[tuple[str, str], frozenset[str]] = field(default_factory=dict)
+
+    def knows(self, namespace: str, pod: str) -> bool:
+        return (namespace, pod) in self.pods
+
+    def served(self, namespace: str, pod: str, container: str) -> bool:
+        return container in self.pods.get((namespace, pod), frozenset())
+
+
+@dataclass(frozen=True)
 class PendingContainer:
     namespace: str
     pod: str
@@ -82,14 +101,18 @@ class PendingContainer:
         return frozenset(grant.uuid for grant in self.grants)
 
 
-def pending_containers(pods: Iterable[PodFacts], node: str) -> list[PendingContainer]:
-    """Every container on ``node`` that was granted GPUs and not yet delivered, oldest first."""
+def pending_containers(
+    pods: Iterable[PodFacts], node: str, kubelet: KubeletView | None = None
+) -> list[PendingContainer]:
+    """Every container on ``node`` granted GPUs and not yet delivered, in matching order."""
     pending: list[PendingContainer] = []
     for pod in pods:
         if pod.finished or pod.allocation is None or pod.allocation.node != node:
             continue
         for position, container in enumerate(pod.allocation.containers):
             if not container.gpus or container.name in pod.delivered:
+                continue
+            if kubelet is not None and kubelet.served(pod.namespace, pod.name, container.name):
                 continue
             pending.append(
                 PendingContainer(
@@ -107,12 +130,18 @@ def pending_containers(pods: Iterable[PodFacts], node: str) -> list[PendingConta
 
 
 def choose(
-    pending: Iterable[PendingContainer], device_count: int, claimed: Collection[ContainerKey]
+    pending: Iterable[PendingContainer],
+    device_count: int,
+    claimed: Collection[ContainerKey],
+    kubelet: KubeletView | None = None,
 ) -> PendingContainer | None:
     """The pending container an Allocate for ``device_count`` devices is meant for, or None."""
     candidates = [
         item for item in pending if item.key not in claimed and len(item.grants) == device_count
     ]
+    if kubelet is not None:
+        admitting = [item for item in candidates if kubelet.knows(item.namespace, item.pod)]
+        candidates = admitting or candidates  # none listed: a kubelet that lags, use the order
     return min(candidates, key=lambda item: item.order) if candidates else None
 
 

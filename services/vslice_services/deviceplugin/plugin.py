@@ -28,6 +28,7 @@ from vslice_services.deviceplugin.devices import virtual_devices
 from vslice_services.deviceplugin.endpoint import PluginEndpoint
 from vslice_services.deviceplugin.inventory_annotation import InventoryAnnotation
 from vslice_services.deviceplugin.nodeapi import NodeApi
+from vslice_services.deviceplugin.podresources import PodResourcesClient
 from vslice_services.deviceplugin.servicer import DevicePluginServicer
 from vslice_services.deviceplugin.settings import DevicePluginSettings
 
@@ -47,6 +48,11 @@ class DevicePlugin:
         )
         self.layout = layout
         self.shim_state = "not checked"
+        self.pod_resources = (
+            PodResourcesClient(settings.pod_resources_socket, settings.resource_name)
+            if settings.pod_resources_socket
+            else None
+        )
         self.allocator = Allocator(
             settings.node_name,
             api,
@@ -54,6 +60,7 @@ class DevicePlugin:
             backend.minors,
             api_wait_s=settings.api_wait_seconds,
             shim_env=settings.shim_env,
+            kubelet_view=self.pod_resources.view if self.pod_resources else lambda: None,
         )
         self.annotation = InventoryAnnotation(
             api, settings.node_name, settings.annotate_every_seconds
@@ -94,6 +101,8 @@ class DevicePlugin:
         self.endpoint.stop()
         self._refresher.join(timeout=10)
         self.backend.close()
+        if self.pod_resources is not None:
+            self.pod_resources.close()
 
     def refresh(self) -> None:
         """One pass: backend -> board, inventory annotation, delivery records, stale dirs."""
@@ -124,4 +133,5 @@ class DevicePlugin:
             "unhealthy_devices": sum(1 for d in devices if not d.healthy),
             "inventory_annotation": self.annotation.state,
             "shim": self.shim_state,
+            "pod_resources": self.pod_resources.state if self.pod_resources else "not used",
         }

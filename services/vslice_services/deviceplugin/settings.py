@@ -37,6 +37,12 @@ class DevicePluginSettings(NodeServiceSettings):
         default="/var/lib/kubelet/device-plugins",
         description="The kubelet's device-plugin directory (kubelet.sock lives there).",
     )
+    pod_resources_socket: str = Field(
+        default="/var/lib/kubelet/pod-resources/kubelet.sock",
+        description="The kubelet's PodResources API socket, asked on every Allocate which pods "
+        "it has admitted and which containers already hold devices (matching then follows the "
+        "kubelet's own record); empty or absent: match from the cluster's record alone.",
+    )
     socket_name: str = Field(
         default="vslice.sock", description="File name of the plugin's socket in that directory."
     )
