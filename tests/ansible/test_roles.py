@@ -30,6 +30,7 @@ def test_every_role_has_the_standard_layout() -> None:
         "vslice_control_plane",
         "vslice_node",
         "vslice_release",
+        "vslice_uninstall",
     ]
     for role in ROLE_NAMES:
         for part in (
@@ -174,6 +175,13 @@ BAD_INPUT = [
         {"nvidia_container_toolkit_version": "latest"},
         "nvidia_container_toolkit_version",
     ),
+    ("vslice_uninstall", {"vslice_uninstall_shim_dir": "/usr/local"}, "vslice_uninstall_shim_dir"),
+    (
+        "vslice_uninstall",
+        {"vslice_uninstall_nvidia_runtime": "maybe"},
+        "vslice_uninstall_nvidia_runtime",
+    ),
+    ("vslice_uninstall", {"vslice_uninstall_timeout": 0}, "vslice_uninstall_timeout"),
 ]
 
 
@@ -200,6 +208,7 @@ def test_a_bad_variable_fails_before_any_change_with_a_message_naming_it(
         ("vslice_control_plane", GOOD_CONTROL_PLANE),
         ("nvidia_driver", {}),
         ("nvidia_container_toolkit", {}),
+        ("vslice_uninstall", {}),
     ],
 )
 def test_valid_variables_pass_the_preflight(
@@ -210,7 +219,7 @@ def test_valid_variables_pass_the_preflight(
 
 
 def test_the_playbooks_pass_the_syntax_check_with_the_example_inventory() -> None:
-    for playbook in ("site.yml", "node.yml", "control_plane.yml", "verify.yml"):
+    for playbook in ("site.yml", "node.yml", "control_plane.yml", "verify.yml", "uninstall.yml"):
         result = run(
             tool("ansible-playbook"),
             "--syntax-check",
@@ -274,3 +283,65 @@ def test_the_webhook_certificate_is_renewed_only_inside_the_renewal_window(
     assert (ca_after, renewed != first) == (ca, True)
     # the renewed one lasts 40 days: outside the window again
     assert _issue_certificates(tmp_path, cert_days=40, renew_days=30) == (ca, renewed)
+
+
+SITE_CONTAINERD = """\
+# site setting: keep this comment
+version = 2
+
+[plugins]
+  [plugins."io.containerd.grpc.v1.cri"]
+    sandbox_image = "registry.lab.test/pause:3.9"
+    [plugins."io.containerd.grpc.v1.cri".containerd]
+      snapshotter = "native"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+        runtime_type = "io.containerd.runc.v2"
+"""
+
+
+def _containerd_step(tmp_path: Path, role: str, tasks: str) -> str:
+    """Run one role's containerd tasks file on this host against tmp_path/config.toml."""
+    play = {
+        "name": "containerd",
+        "hosts": "localhost",
+        "connection": "local",
+        "gather_facts": False,
+        "tasks": [
+            {
+                "name": "Edit the configuration",
+                "ansible.builtin.include_role": {"name": role, "tasks_from": tasks},
+            }
+        ],
+    }
+    playbook = tmp_path / f"{role}.yml"
+    playbook.write_text(yaml.safe_dump([play]))
+    overrides = tmp_path / "vars.json"
+    overrides.write_text(
+        json.dumps(
+            {
+                "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+                "nvidia_container_toolkit_containerd_config": str(tmp_path / "config.toml"),
+                "nvidia_container_toolkit_restart_runtimes": False,
+                "vslice_uninstall_restart_containerd": False,
+            }
+        )
+    )
+    result = run(tool("ansible-playbook"), "-e", f"@{overrides}", str(playbook), timeout=300)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    return output
+
+
+def test_uninstall_takes_out_exactly_the_runtime_the_toolkit_role_added(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text(SITE_CONTAINERD)
+    _containerd_step(tmp_path, "nvidia_container_toolkit", "containerd.yml")
+    merged = config.read_text()
+    assert 'default_runtime_name = "nvidia"' in merged
+    assert "containerd.runtimes.nvidia]" in merged
+    removed = _containerd_step(tmp_path, "vslice_uninstall", "runtime.yml")
+    assert "changed=2" in removed, removed[-3000:]
+    assert config.read_text() == SITE_CONTAINERD
+    again = _containerd_step(tmp_path, "vslice_uninstall", "runtime.yml")
+    assert "changed=0" in again, again[-3000:]
+    assert config.read_text() == SITE_CONTAINERD
