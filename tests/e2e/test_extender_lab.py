@@ -252,6 +252,39 @@ def test_a_deleted_pod_gives_its_slice_back(services: LabHandle, emptied: str) -
     services.wait_for_pod(emptied, "again", lambda p: bool(p["spec"].get("nodeName")), what="bound")
 
 
+def test_a_pod_waiting_for_room_is_placed_soon_after_a_slice_is_freed(
+    services: LabHandle, emptied: str
+) -> None:
+    # kube-scheduler parks a pod that no node could take; it must come back when a GPU pod
+    # goes away, not after the scheduler's 5-minute flush of unschedulable pods.
+    limits = {"nvidia.com/gpumem-percentage": "100", "nvidia.com/gpucores": "100"}
+    annotations = {"vslice.io/gpu-uuid": "GPU-t400-0000-0000-0000-000000000002"}
+    services.create_pod(emptied, "holder", limits=limits, annotations=annotations)
+    services.wait_for_pod(
+        emptied, "holder", lambda p: bool(p["spec"].get("nodeName")), what="bound"
+    )
+    services.create_pod(emptied, "waiter", limits=limits, annotations=annotations)
+
+    def unschedulable(pod: dict[str, Any]) -> bool:
+        return any(
+            c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"
+            for c in pod["status"].get("conditions") or []
+        )
+
+    services.wait_for_pod(emptied, "waiter", unschedulable, what="Unschedulable", timeout=60)
+    services.core.delete_namespaced_pod(
+        "holder", emptied, grace_period_seconds=0, _preload_content=False
+    )
+    # 90 s: far below the 300 s a retry that waits for the flush would take
+    pod = services.wait_for_pod(
+        emptied, "waiter", lambda p: bool(p["spec"].get("nodeName")), what="bound", timeout=90
+    )
+    ((grant,),) = [
+        c.gpus for c in decode_allocation(pod["metadata"]["annotations"][ALLOCATION]).containers
+    ]
+    assert grant.uuid == annotations["vslice.io/gpu-uuid"]
+
+
 def test_a_repeated_bind_is_answered_as_done_and_a_replaced_pod_is_not_bound(
     services: LabHandle, emptied: str, tmp_path: Path
 ) -> None:
