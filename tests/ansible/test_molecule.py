@@ -1,7 +1,9 @@
 """The molecule scenarios, on a Debian 12 container booting systemd (podman, runc).
 
 - ``lab``: site.yml on one host that is control plane and GPU node, without an API server.
-- ``control_plane``: control_plane.yml against a real API server started in the container.
+- ``control_plane``: control_plane.yml against a real API server started in the container, then
+  (side_effect) uninstall.yml: refused while a pod holds a slice, then everything removed, then a
+  second run that changes nothing.
 
 Each runs converge, then idempotence (a second run changes nothing), then verify (packages at
 their pinned versions, configuration merged and rendered, services running and answering
@@ -18,6 +20,8 @@ from bringup import HERE, ROOT, run, tool
 pytestmark = [pytest.mark.molecule, pytest.mark.slow]
 
 LOG_DIR = ROOT / "test-artifacts"
+# control_plane's side_effect runs playbooks/uninstall.yml and checks nothing of vslice is left.
+EXTRA_STEPS = {"control_plane": ("side_effect",)}
 
 
 def _require_podman() -> None:
@@ -45,5 +49,5 @@ def test_the_scenario_converges_is_idempotent_and_verifies(scenario: str) -> Non
     (LOG_DIR / f"molecule-{scenario}.log").write_text(result.stdout + result.stderr)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-8000:]
-    for step in ("converge", "idempotence", "verify"):
+    for step in ("converge", "idempotence", "verify", *EXTRA_STEPS.get(scenario, ())):
         assert f"{step}: Executed: Successful" in output, f"molecule did not report {step}"
