@@ -14,7 +14,7 @@ from the cluster's own record, as a pure function over plain data:
    first pending container is the one being started. (Pods bound while the kubelet was down
    reach it in one batch that it sorts by creation time; two of those with the same GPU count
    can still be matched the other way round.)
-3. A candidate must have as many granted GPUs as the kubelet asked devices for; the oldest
+3. A candidate must have as many granted GPUs as the kubelet asked devices for; the first
    such candidate wins. The device IDs themselves say nothing about the pod: the kubelet may
    pick any free IDs, so they are deliberately not used to choose.
 4. Containers claimed by an earlier Allocate (not yet visible as delivered) are skipped, so two
