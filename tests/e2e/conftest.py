@@ -192,6 +192,17 @@ def lab(lab_state_dir: Path) -> Iterator[LabHandle]:
 
 
 @pytest.fixture
+def services(lab: LabHandle) -> LabHandle:
+    """The lab, which must run the real vslice extender and webhook: a test that needs them
+    fails (never skips) when they are missing or switched off."""
+    if not lab.services:
+        pytest.fail(
+            "this test needs the vslice extender and webhook in the lab (VSLICE_E2E_SERVICES)"
+        )
+    return lab
+
+
+@pytest.fixture
 def namespace(lab: LabHandle, request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh namespace for one test, with its default service account ready."""
     slug = "".join(ch if ch.isalnum() else "-" for ch in request.node.name.lower())[:40]

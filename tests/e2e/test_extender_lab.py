@@ -29,13 +29,6 @@ SLICE_MIB, SLICE_CORES = 8000, 10
 
 
 @pytest.fixture
-def services(lab: LabHandle) -> LabHandle:
-    if not lab.services:
-        pytest.fail("these tests need the real vslice services (VSLICE_E2E_SERVICES is off)")
-    return lab
-
-
-@pytest.fixture
 def emptied(services: LabHandle, namespace: str) -> Iterator[str]:
     """The namespace, in a quiet cluster (no namespace of an earlier test still being
     deleted, so capacity does not change under the test); at the end its pods are deleted

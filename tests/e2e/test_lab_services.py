@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import pytest
@@ -10,15 +9,6 @@ from conftest import LabHandle
 from vslice_core.annotations import ALLOCATION, decode_allocation
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture
-def services(lab: LabHandle) -> LabHandle:
-    if not lab.services:
-        if os.environ.get("VSLICE_E2E_SERVICES", "").lower() == "off":
-            pytest.skip("the real vslice services are switched off (VSLICE_E2E_SERVICES=off)")
-        pytest.fail("the lab runs without the vslice extender and webhook")
-    return lab
 
 
 def _bound(pod: dict[str, Any]) -> bool:

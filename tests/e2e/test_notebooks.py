@@ -19,9 +19,12 @@ pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
 
+@pytest.fixture(autouse=True)
+def _services(services: LabHandle) -> None:
+    """The notebooks need the extender and webhook."""
+
+
 def _execute(name: str, lab: LabHandle, namespace: str, monkeypatch: pytest.MonkeyPatch) -> Any:
-    if not lab.services:
-        pytest.fail("the notebooks need the vslice extender and webhook in the lab")
     notebook = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
     for cell in notebook.cells:
         assert cell.get("outputs", []) == [], f"{name}: commit notebooks without outputs"

@@ -24,9 +24,8 @@ def request(lab: LabHandle, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(autouse=True)
-def _services(lab: LabHandle) -> None:
-    if not lab.services:
-        pytest.fail("the vslice CLI tests need the extender and webhook in the lab")
+def _services(services: LabHandle) -> None:
+    """Every CLI test needs the extender and webhook."""
 
 
 def test_request_submits_waits_and_prints_where_the_slice_landed(

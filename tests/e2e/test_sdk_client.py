@@ -7,7 +7,6 @@ never assume an otherwise empty cluster.
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Iterator
 
 import pytest
@@ -21,12 +20,8 @@ IMAGE = "registry.invalid/sleep:1"  # kwok runs pods without pulling images
 
 
 @pytest.fixture
-def client(lab: LabHandle, namespace: str) -> Iterator[vslice.Client]:
-    if not lab.services:
-        if os.environ.get("VSLICE_E2E_SERVICES", "").lower() == "off":
-            pytest.skip("needs the vslice extender and webhook; VSLICE_E2E_SERVICES=off")
-        pytest.fail("the lab runs without the vslice extender and webhook")
-    with vslice.Client(lab.kubeconfig, namespace=namespace) as connected:
+def client(services: LabHandle, namespace: str) -> Iterator[vslice.Client]:
+    with vslice.Client(services.kubeconfig, namespace=namespace) as connected:
         yield connected
 
 

@@ -13,13 +13,6 @@ from kubernetes.client.exceptions import ApiException
 pytestmark = pytest.mark.timeout(120)
 
 
-@pytest.fixture
-def services(lab: LabHandle) -> LabHandle:
-    if not lab.services:
-        pytest.fail("these tests need the real vslice services (VSLICE_E2E_SERVICES is off)")
-    return lab
-
-
 def _create(lab: LabHandle, namespace: str, pod: dict[str, Any]) -> dict[str, Any]:
     response: Any = lab.core.create_namespaced_pod(namespace, pod, _preload_content=False)
     created: dict[str, Any] = json.loads(response.data)
