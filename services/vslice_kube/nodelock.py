@@ -121,14 +121,8 @@ class NodeLocker:
             {"op": "replace", "path": _POINTER, "value": value},
         ]
         try:
-            with translated(f"swap lock on node {node}"):
-                # A list body is sent as a JSON Patch (a dict would be a merge patch).
-                self._api.patch_node(
-                    node,
-                    cast(Any, patch),
-                    _preload_content=False,
-                    _request_timeout=REQUEST_TIMEOUT_S,
-                )
+            # A list body is sent as a JSON Patch (a dict would be a merge patch).
+            self._patch(node, patch, f"swap lock on node {node}")
         except ClusterError as exc:
             if exc.code not in (409, 422):  # 422: the test failed, the value changed
                 log.warning("node lock call failed", extra={"node": node, "error": str(exc)})
@@ -155,15 +149,15 @@ class NodeLocker:
     def _write(self, node: str, value: str, version: str) -> bool:
         body = {"metadata": {"resourceVersion": version, "annotations": {NODE_LOCK: value}}}
         try:
-            with translated(f"lock node {node}"):
-                self._api.patch_node(
-                    node,
-                    cast(Any, body),
-                    _preload_content=False,
-                    _request_timeout=REQUEST_TIMEOUT_S,
-                )
+            self._patch(node, body, f"lock node {node}")
         except ClusterError as exc:
             if exc.code == 409:  # the node changed since we read it: read again
                 return False
             raise
         return True
+
+    def _patch(self, node: str, body: object, what: str) -> None:
+        with translated(what):
+            self._api.patch_node(
+                node, cast(Any, body), _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S
+            )
