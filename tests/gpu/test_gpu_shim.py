@@ -78,7 +78,11 @@ def test_a_driver_program_is_limited_on_the_real_driver(tmp_path: Path) -> None:
 
 def _torch(tmp: Path, code: str, **env: str) -> subprocess.CompletedProcess[str]:
     if subprocess.run([sys.executable, "-c", "import torch"], capture_output=True).returncode:
-        pytest.skip(f"PyTorch is not installed for {sys.executable}")
+        # A GPU machine without PyTorch must not pass the PyTorch checks by skipping them.
+        pytest.fail(
+            f"PyTorch is not installed for {sys.executable}: pip install torch, or "
+            "run tests/gpu/run.sh with PYTHON=<an interpreter that has it>"
+        )
     return subprocess.run(
         [sys.executable, "-c", code], env=_env(tmp, **env), capture_output=True, text=True,
         timeout=300,
