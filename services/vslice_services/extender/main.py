@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from vslice_core.errors import InvalidRequest
 from vslice_core.ledger import Ledger
@@ -41,6 +41,7 @@ from vslice_services.httpserve import (
 from vslice_services.quota import QuotaBook
 from vslice_services.settings import SchedulerSettings, load_settings
 
+_Args = TypeVar("_Args")
 log = logging.getLogger("vslice.extender")
 
 
@@ -75,31 +76,23 @@ def _bad_request(verb: str, exc: InvalidRequest) -> Response:
     return Response.text(f"malformed {verb} call: {exc}", 400)
 
 
+def _verb(name: str, parse: Callable[[bytes], _Args], answer: Callable[[_Args], Any]) -> Handler:
+    """A verb's route: parse the body (a malformed one is a 400 naming the problem), answer."""
+
+    def handle(body: bytes) -> Response:
+        try:
+            args = parse(body)
+        except InvalidRequest as exc:
+            return _bad_request(name, exc)
+        return Response.json(answer(args))
+
+    return handle
+
+
 def routes(
     extender: Extender, metrics: ExtenderMetrics, ready: Callable[[], bool]
 ) -> dict[tuple[str, str], Handler]:
     """The HTTP routes: thin wrappers that parse, call a verb, encode."""
-
-    def filter_(body: bytes) -> Response:
-        try:
-            args = parse_extender_args(body)
-        except InvalidRequest as exc:
-            return _bad_request("filter", exc)
-        return Response.json(extender.filter(args))
-
-    def prioritize(body: bytes) -> Response:
-        try:
-            args = parse_extender_args(body)
-        except InvalidRequest as exc:
-            return _bad_request("prioritize", exc)
-        return Response.json(encode_priorities(extender.prioritize(args)))
-
-    def bind(body: bytes) -> Response:
-        try:
-            args = parse_binding_args(body)
-        except InvalidRequest as exc:
-            return _bad_request("bind", exc)
-        return Response.json(extender.bind(args))
 
     def metrics_(_: bytes) -> Response:
         return Response(200, metrics.exposition(), "text/plain; version=0.0.4; charset=utf-8")
@@ -108,9 +101,11 @@ def routes(
         return Response.text("ok") if ready() else Response.text("loading", 503)
 
     return {
-        ("POST", "/filter"): filter_,
-        ("POST", "/prioritize"): prioritize,
-        ("POST", "/bind"): bind,
+        ("POST", "/filter"): _verb("filter", parse_extender_args, extender.filter),
+        ("POST", "/prioritize"): _verb(
+            "prioritize", parse_extender_args, lambda a: encode_priorities(extender.prioritize(a))
+        ),
+        ("POST", "/bind"): _verb("bind", parse_binding_args, extender.bind),
         ("GET", "/metrics"): metrics_,
         ("GET", "/readyz"): readyz,
     }
