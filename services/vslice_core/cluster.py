@@ -40,6 +40,11 @@ class ClusterGpu(Gpu):
 
 class ClusterNode(NodeInventory):
     gpus: list[ClusterGpu] = Field(default_factory=list)  # type: ignore[assignment]
+    kubelet: bool = Field(
+        default=False,
+        description="Local lab only: run this node as a real kubelet with containerd (the "
+        "fake driver standing in for its GPUs) instead of simulating it; ignored elsewhere.",
+    )
 
     def inventory(self) -> NodeInventory:
         gpus = [Gpu.model_validate(gpu.model_dump(exclude={"used"})) for gpu in self.gpus]

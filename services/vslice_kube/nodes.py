@@ -74,3 +74,24 @@ def is_ready(node: Mapping[str, Any]) -> bool:
 def ready_node_names(api_client: k8s.ApiClient, label_selector: str = "") -> set[str]:
     """Names of the Ready nodes (optionally only those matching a label selector)."""
     return {n["metadata"]["name"] for n in list_nodes(api_client, label_selector) if is_ready(n)}
+
+
+def read_node(api_client: k8s.ApiClient, name: str) -> dict[str, Any] | None:
+    """The node as the API returns it, or None when it does not exist (yet)."""
+    api: Any = k8s.CoreV1Api(api_client)  # the client's stubs do not accept dict bodies
+    try:
+        response = api.read_node(name, _preload_content=False)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise cluster_error(exc, f"read node {name}") from exc
+    node: dict[str, Any] = json.loads(response.data)
+    return node
+
+
+def set_node_addresses(api_client: k8s.ApiClient, name: str, addresses: Mapping[str, str]) -> None:
+    """Set the node's status addresses (type -> address), e.g. ``{"InternalIP": "127.0.0.1"}``."""
+    api: Any = k8s.CoreV1Api(api_client)  # the client's stubs do not accept dict bodies
+    body = {"status": {"addresses": [{"type": t, "address": a} for t, a in addresses.items()]}}
+    with translated(f"set addresses of node {name}"):
+        api.patch_node_status(name, body, _preload_content=False)

@@ -14,6 +14,11 @@ from ``k8s.io/kubernetes`` through a throwaway wrapper module that pins every st
 the matching ``v0.Y.Z``, kwok from ``sigs.k8s.io/kwok``, etcd from ``go.etcd.io/etcd/server/v3``.
 A file lock keeps two concurrent ``lab up`` from building twice. Run as a module to build ahead
 of time (CI does): ``python -m vslice_lab.binaries [--version vX.Y.Z]``.
+
+Real nodes need more (:func:`ensure_node`): the kubelet, built with cgo from the same wrapper
+module, and containerd, its runc shim and ``ctr`` from ``github.com/containerd/containerd/v2``,
+cached in ``~/.cache/vslice/containerd/<version>/bin`` (containerd does not follow the
+Kubernetes version). runc and the CNI plugins are the distribution's (:data:`SYSTEM_TOOLS`).
 """
 
 from __future__ import annotations
@@ -32,10 +37,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from vslice_lab.versions import ETCD_VERSION, KUBERNETES_VERSION, KWOK_VERSION
+from vslice_lab.versions import (
+    CONTAINERD_VERSION,
+    ETCD_VERSION,
+    KUBERNETES_VERSION,
+    KWOK_VERSION,
+)
 
 KUBE_COMPONENTS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager")
 ALL_BINARIES = ("etcd", *KUBE_COMPONENTS, "kwok")
+CONTAINERD_BINARIES = ("containerd", "containerd-shim-runc-v2", "ctr")
+NODE_BINARIES = ("kubelet", *CONTAINERD_BINARIES)
+SYSTEM_TOOLS: dict[str, tuple[str, ...]] = {
+    "runc": ("/usr/sbin/runc", "/usr/bin/runc", "/usr/local/sbin/runc"),
+    "cni-plugins": ("/usr/lib/cni/bridge", "/opt/cni/bin/bridge"),
+}
+"""What a real node takes from the distribution (Debian: runc, containernetworking-plugins),
+by the paths where the packages install them."""
 
 # The k8s.io modules that live in kubernetes/staging for 1.34; the main module's go.mod points
 # them at ./staging, which a dependent module cannot see, so the wrapper pins each to v0.Y.Z.
@@ -99,6 +117,18 @@ class Binaries:
         return value
 
 
+@dataclass(frozen=True)
+class NodeBinaries:
+    """Absolute paths of what a real node runs."""
+
+    kubelet: Path
+    containerd: Path
+    containerd_shim: Path
+    ctr: Path
+    runc: Path
+    cni_bin_dir: Path
+
+
 def cache_root() -> Path:
     """``~/.cache/vslice/k8s`` (``$XDG_CACHE_HOME`` respected)."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
@@ -108,6 +138,11 @@ def cache_root() -> Path:
 def cache_dir(version: str) -> Path:
     """Where binaries for one Kubernetes version are cached."""
     return cache_root() / version
+
+
+def containerd_cache_dir(version: str = CONTAINERD_VERSION) -> Path:
+    """Where containerd's binaries are cached (independent of the Kubernetes version)."""
+    return cache_root().parent / "containerd" / version
 
 
 def search_dirs(extra: Sequence[Path] = ()) -> list[Path]:
@@ -154,6 +189,56 @@ def ensure(
         kube_scheduler=paths["kube-scheduler"],
         kube_controller_manager=paths["kube-controller-manager"],
         kwok=paths["kwok"],
+    )
+
+
+def system_tool(name: str) -> Path | None:
+    """The distribution's runc or CNI plugin directory, None when the package is missing."""
+    for candidate in SYSTEM_TOOLS[name]:
+        if os.access(candidate, os.X_OK):
+            return Path(candidate) if name == "runc" else Path(candidate).parent
+    return None
+
+
+def locate_node(version: str, extra_dirs: Sequence[Path] = ()) -> dict[str, Path | None]:
+    """Each node binary's path, or None where it would have to be built."""
+    dirs = [*search_dirs(extra_dirs), cache_dir(version) / "bin", containerd_cache_dir() / "bin"]
+    return {name: _find(name, dirs) for name in NODE_BINARIES}
+
+
+def ensure_node(
+    version: str = KUBERNETES_VERSION, extra_dirs: Sequence[Path] = (), *, quiet: bool = False
+) -> NodeBinaries:
+    """The kubelet and containerd (built once when missing) and the distribution's runc and CNI
+    plugins; BinaryError names what is missing and how to get it."""
+    tools = {name: system_tool(name) for name in SYSTEM_TOOLS}
+    absent = [name for name, path in tools.items() if path is None]
+    if absent:
+        packages = {"runc": "runc", "cni-plugins": "containernetworking-plugins"}
+        wanted = " ".join(packages[name] for name in absent)
+        raise BinaryError(
+            f"a real node needs {', '.join(absent)} from the distribution: "
+            f"`apt-get install {wanted}` (or run .ci/setup)",
+            component=absent[0],
+        )
+    found = locate_node(version, extra_dirs)
+    if any(path is None for path in found.values()):
+        with _build_lock(cache_dir(version)):
+            found = locate_node(version, extra_dirs)
+            missing = [name for name, path in found.items() if path is None]
+            if missing:
+                _build_node(version, missing, quiet=quiet)
+                found = locate_node(version, extra_dirs)
+    paths = {name: path for name, path in found.items() if path is not None}
+    runc, cni = tools["runc"], tools["cni-plugins"]
+    assert runc is not None and cni is not None  # checked above
+    return NodeBinaries(
+        kubelet=paths["kubelet"],
+        containerd=paths["containerd"],
+        containerd_shim=paths["containerd-shim-runc-v2"],
+        ctr=paths["ctr"],
+        runc=runc,
+        cni_bin_dir=cni,
     )
 
 
@@ -210,12 +295,40 @@ def _build(version: str, missing: Sequence[str], *, quiet: bool) -> None:
     _record(directory, missing, time.monotonic() - started)
 
 
+def _build_node(version: str, missing: Sequence[str], *, quiet: bool) -> None:
+    directory = cache_dir(version)
+    log = directory / "build.log"
+    go = _go()
+    started = time.monotonic()
+    steps: list[tuple[str, list[str], Path, bool]] = []
+    if "kubelet" in missing:
+        # The kubelet needs cgo (libcontainer's cgroup and mount code).
+        steps.append(("kubelet", *_kubernetes_step(go, version, ["kubelet"], directory), True))
+    if any(name in missing for name in CONTAINERD_BINARIES):
+        steps.append(("containerd", *_containerd_step(go), False))
+    with log.open("a") as out:
+        for component, command, workdir, cgo in steps:
+            if not quiet:
+                print(f"building {component} (log: {log}) ...", file=sys.stderr, flush=True)
+            out.write(f"\n$ (cd {workdir} && {' '.join(command)})\n")
+            out.flush()
+            _run_logged(component, command, workdir, out, log, go, cgo=cgo)
+    _record(directory, missing, time.monotonic() - started)
+
+
 def _run_logged(
-    component: str, command: list[str], workdir: Path, out: IO[str], log: Path, go: str
+    component: str,
+    command: list[str],
+    workdir: Path,
+    out: IO[str],
+    log: Path,
+    go: str,
+    *,
+    cgo: bool = False,
 ) -> None:
     env = {
         **os.environ,
-        "CGO_ENABLED": "0",
+        "CGO_ENABLED": "1" if cgo else "0",
         "GOFLAGS": "-mod=mod",
         "PATH": f"{Path(go).parent}{os.pathsep}{os.environ.get('PATH', '')}",
     }
@@ -287,6 +400,23 @@ def _etcd_step(go: str, directory: Path) -> tuple[list[str], Path]:
     return ["bash", "-ec", script], workdir
 
 
+def _containerd_step(go: str) -> tuple[list[str], Path]:
+    directory = containerd_cache_dir()
+    workdir = directory / "src"
+    module = "github.com/containerd/containerd/v2"
+    _wrapper_module(workdir, "vslice.local/containerdbuild", {module: CONTAINERD_VERSION}, {})
+    packages = [f"{module}/cmd/{name}" for name in CONTAINERD_BINARIES]
+    # no_btrfs: the btrfs snapshotter needs C headers and is not used (overlayfs is).
+    script = (
+        f"{go} get {' '.join(p + '@' + CONTAINERD_VERSION for p in packages)} && "
+        f"{go} build -p 2 -tags no_btrfs -trimpath "
+        f"-ldflags '-s -w -X {module}/version.Version={CONTAINERD_VERSION}' "
+        f"-o {directory / 'bin'}/ {' '.join(packages)}"
+    )
+    (directory / "bin").mkdir(parents=True, exist_ok=True)
+    return ["bash", "-ec", script], workdir
+
+
 def _record(directory: Path, built: Sequence[str], seconds: float) -> None:
     """Append how long a build took to ``build.json`` (reported in docs and issue notes)."""
     record_file = directory / "build.json"
@@ -312,19 +442,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--check", action="store_true", help="build nothing; exit 1 if something is missing"
     )
+    parser.add_argument(
+        "--no-node", action="store_true", help="skip the real node's kubelet and containerd"
+    )
     args = parser.parse_args(argv)
     if args.check:
         found = locate(args.version, args.bin_dir)
+        if not args.no_node:
+            found |= locate_node(args.version, args.bin_dir)
         for name, path in found.items():
             print(f"{name}: {path or 'missing (would be built)'}")
         return 0 if all(found.values()) else 1
     try:
         binaries = ensure(args.version, args.bin_dir)
+        for name in ALL_BINARIES:
+            print(f"{name}: {binaries.path(name)}")
+        if not args.no_node:
+            node = ensure_node(args.version, args.bin_dir)
+            for name, path in vars(node).items():
+                print(f"{name}: {path}")
     except BinaryError as error:
         print(f"vslice lab: {error}", file=sys.stderr)
         return 1
-    for name in ALL_BINARIES:
-        print(f"{name}: {binaries.path(name)}")
     return 0
 
 

@@ -84,8 +84,8 @@ class LabCluster:
         return [node.name for node in nodes]
 
     def ready_nodes(self) -> set[str]:
-        """The simulated nodes that are Ready now."""
-        return ready_node_names(self._client, f"{SIMULATED_LABEL}=true")
+        """The nodes that are Ready now, simulated and real."""
+        return ready_node_names(self._client)
 
     def wait_nodes_ready(self, names: Sequence[str], timeout: float) -> None:
         """Wait until kwok reports every node Ready; Timeout lists the ones that are not."""

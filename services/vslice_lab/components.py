@@ -45,6 +45,8 @@ class Certificates:
     scheduler: KeyPair
     webhook: KeyPair
     service_account: KeyPair
+    kubelet_client: KeyPair
+    """The API server's client certificate towards kubelets (logs, exec)."""
 
 
 def _etcd_supports_no_fsync(etcd: Path) -> bool:
@@ -93,13 +95,20 @@ def kube_apiserver(
         "--requestheader-group-headers=X-Remote-Group",
         "--requestheader-extra-headers-prefix=X-Remote-Extra-",
         "--authorization-mode=Node,RBAC",
-        "--enable-admission-plugins=NamespaceLifecycle,ServiceAccount,"
+        "--enable-admission-plugins=NamespaceLifecycle,ServiceAccount,NodeRestriction,"
         "MutatingAdmissionWebhook,ValidatingAdmissionWebhook,ResourceQuota",
         f"--service-cluster-ip-range={SERVICE_CIDR}",
         "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
         f"--service-account-key-file={certs.service_account.cert}",
         f"--service-account-signing-key-file={certs.service_account.key}",
         "--allow-privileged=true",
+        # Real nodes: the API server reaches kubelets on loopback, verifies their serving
+        # certificates against the lab CA and authenticates with its own client certificate,
+        # so kubelets keep webhook authentication and authorization.
+        f"--kubelet-client-certificate={certs.kubelet_client.cert}",
+        f"--kubelet-client-key={certs.kubelet_client.key}",
+        f"--kubelet-certificate-authority={certs.ca.cert}",
+        "--kubelet-preferred-address-types=InternalIP",
         "--endpoint-reconciler-type=none",
         "--profiling=false",
         f"--cert-dir={layout.pki}",

@@ -1,4 +1,5 @@
-"""Health probes: an HTTP(S) GET that says whether a component answers "ok".
+"""Health probes: an HTTP(S) GET that says whether a component answers "ok", or for
+``unix://PATH`` a connection to a unix socket (containerd answers gRPC only).
 
 HTTPS probes trust only the lab's CA and, for the apiserver, present the admin client
 certificate. A probe never raises: it returns a short reason when the component is not healthy.
@@ -7,6 +8,7 @@ certificate. A probe never raises: it returns a short reason when the component 
 from __future__ import annotations
 
 import http.client
+import socket
 import ssl
 import urllib.error
 import urllib.request
@@ -34,6 +36,8 @@ class Probe:
 
     def check(self, timeout: float = 2.0) -> str | None:
         """None when healthy, else why not (connection refused, HTTP 500: ..., ...)."""
+        if self.url.startswith("unix://"):
+            return _socket_answers(self.url.removeprefix("unix://"), timeout)
         try:
             with urllib.request.urlopen(
                 self.url, timeout=timeout, context=self._context()
@@ -47,3 +51,13 @@ class Probe:
         if "ok" in body or '"health":"true"' in body.replace(" ", ""):
             return None
         return f"unexpected answer {body.strip()[:80]!r}"
+
+
+def _socket_answers(path: str, timeout: float) -> str | None:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        try:
+            sock.connect(path)
+        except OSError as error:
+            return f"not answering on {path} ({error.strerror or error})"
+    return None

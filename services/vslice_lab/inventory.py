@@ -33,6 +33,8 @@ class SimulatedNode:
 
     inventory: NodeInventory
     extra_resources: dict[str, str] = field(default_factory=dict)
+    real: bool = False
+    """``kubelet: true`` in the inventory: a real kubelet node (see ``realnode``), not kwok."""
 
     @property
     def name(self) -> str:
@@ -74,7 +76,7 @@ def load_inventory(path: Path) -> list[SimulatedNode]:
     """The simulated nodes of an inventory file; InvalidRequest names what is wrong.
 
     Parsed by the core's CLUSTER parser; per-GPU ``used`` values are ignored (a new lab
-    starts empty).
+    starts empty). Nodes marked ``kubelet: true`` come back with ``real`` set.
     """
     try:
         text = path.read_text()
@@ -89,4 +91,4 @@ def load_inventory(path: Path) -> list[SimulatedNode]:
             field="nodes",
             value=str(path),
         )
-    return [SimulatedNode(node.inventory()) for node in cluster.nodes]
+    return [SimulatedNode(node.inventory(), real=node.kubelet) for node in cluster.nodes]

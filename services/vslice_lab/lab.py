@@ -13,6 +13,7 @@ import contextlib
 import importlib.util
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -22,12 +23,14 @@ from pathlib import Path
 from vslice_core.errors import InvalidRequest, VsliceError
 
 from vslice_lab import binaries as binaries_module
-from vslice_lab import components, configs, pki, processes, state
+from vslice_lab import components, configs, pki, processes, realnode, state
 from vslice_lab.cluster import LabCluster
 from vslice_lab.components import Certificates, Component
+from vslice_lab.errors import LabError
 from vslice_lab.health import Probe
 from vslice_lab.inventory import SimulatedNode, load_inventory
 from vslice_lab.layout import Layout
+from vslice_lab.nodeconfig import ShimBuild, default_shim_build
 from vslice_lab.ports import HOST, free_ports, in_use
 from vslice_lab.state import LabRecord
 from vslice_lab.versions import KUBERNETES_VERSION
@@ -44,15 +47,6 @@ PORT_NAMES = (
     "vslice-scheduler",
     "vslice-webhook",
 )
-
-
-class LabError(VsliceError):
-    """``up`` failed; ``component`` and ``log`` say where to look."""
-
-    def __init__(self, message: str, *, component: str, log: Path | None = None) -> None:
-        super().__init__(message)
-        self.component = component
-        self.log = log
 
 
 @dataclass(frozen=True)
@@ -74,6 +68,11 @@ class LabOptions:
     timeout: float = 120.0
     """Seconds each component may take to become healthy."""
     progress: Callable[[str], None] | None = None
+    real_nodes: bool = True
+    """Run inventory nodes marked ``kubelet: true`` as real nodes (False: simulate them too)."""
+    shim_build: Path | None = None
+    """``make -C shim``'s output for real nodes; None = ``$VSLICE_SHIM_BUILD`` or this
+    checkout's ``shim/build``."""
 
 
 def services_installed() -> dict[str, bool]:
@@ -149,11 +148,36 @@ def _start_all(
     if record.webhook:
         say("registering the vslice webhook")
         cluster.register_webhook(f"https://{HOST}:{ports['vslice-webhook']}/mutate", certs.ca.cert)
-    if nodes:
-        say(f"creating {len(nodes)} simulated GPU node(s)")
-        record.nodes = cluster.create_nodes(nodes, options.extra_node_resources)
+    shim = ShimBuild(options.shim_build or default_shim_build())
+    real, note = realnode.choose(nodes, shim) if options.real_nodes else ([], "")
+    if note:
+        record.real_node_note = note
+        say(f"no real node: {note}")
+    simulated = [node for node in nodes if node not in real]
+    if simulated:
+        say(f"creating {len(simulated)} simulated GPU node(s)")
+        record.nodes = cluster.create_nodes(simulated, options.extra_node_resources)
         state.save(layout, record)
         cluster.wait_nodes_ready(record.nodes, options.timeout)
+    if real:
+        context = realnode.NodeContext(
+            layout=layout,
+            record=record,
+            certs=certs,
+            server=server,
+            admin=admin,
+            inventory_file=options.inventory or DEFAULT_INVENTORY,
+            version=options.version,
+            bin_dirs=options.bin_dirs,
+            shim=shim,
+            timeout=options.timeout,
+            launch=lambda group: _launch(layout, record, say, group, options.timeout),
+            say=say,
+        )
+        for node in real:
+            realnode.start(node, context)
+            record.nodes.append(node.name)
+            state.save(layout, record)
 
 
 def _control_plane(
@@ -286,6 +310,15 @@ def prepare_pki(layout: Layout) -> Certificates:
             server=True,
         ),
         service_account=pki.ensure_signing_key(directory),
+        # kubeadm's apiserver-kubelet-client; in system:masters so kubelets' webhook
+        # authorization allows it everything (the lab has no further RBAC for it).
+        kubelet_client=pki.issue(
+            ca,
+            directory,
+            "kube-apiserver-kubelet-client",
+            common_name="kube-apiserver-kubelet-client",
+            organization="system:masters",
+        ),
     )
 
 
@@ -316,7 +349,7 @@ def _launch(
             )
         env = {**_base_env(), **component.env}
         try:
-            process = processes.start(component.name, component.argv, log, env)
+            process = processes.start(component.name, component.argv, log, env, component.env)
         except OSError as error:
             raise LabError(
                 f"{component.name} cannot start: {error} (log: {log})",
@@ -358,8 +391,11 @@ def _wait_healthy(component: Component, process: processes.ProcessRecord, timeou
 
 
 def _teardown(layout: Layout, record: LabRecord) -> list[str]:
-    """Stop every recorded process (last started first), drop etcd's data and the record."""
+    """Stop every recorded process (last started first), clean what real nodes left on the
+    host, drop etcd's data and the record."""
     stopped = [p.name for p in reversed(record.processes) if processes.stop(p)]
+    for problem in realnode.stop(layout, record):
+        print(f"vslice lab: could not undo: {problem}", file=sys.stderr)
     if record.etcd_data:
         with contextlib.suppress(OSError):
             shutil.rmtree(record.etcd_data)
@@ -411,7 +447,7 @@ def status(state_dir: Path = DEFAULT_STATE_DIR) -> tuple[LabRecord, list[Compone
 
 
 def ready_nodes(state_dir: Path = DEFAULT_STATE_DIR) -> set[str] | None:
-    """Names of the lab's simulated nodes that are Ready, or None if the API does not answer."""
+    """Names of the lab's nodes that are Ready, or None if the API does not answer."""
     layout = Layout.at(state_dir)
     try:
         cluster = LabCluster(layout.kubeconfig)
@@ -429,7 +465,20 @@ def _probes(layout: Layout, record: LabRecord) -> dict[str, Probe]:
     ca = layout.pki / "ca.crt"
     admin = pki.KeyPair(layout.pki / "admin.crt", layout.pki / "admin.key")
     port = record.ports
-    return {
+    real: dict[str, Probe] = {}
+    for name in record.real_nodes:
+        socket_path = realnode.node_layout(layout, name).containerd_socket
+        real[f"containerd-{name}"] = Probe(f"unix://{socket_path}")
+        for component, key in (
+            ("kubelet", "kubelet-healthz"),
+            ("device-plugin", "device-plugin"),
+            ("monitor", "monitor"),
+        ):
+            if f"{key}-{name}" in port:
+                real[f"{component}-{name}"] = Probe(
+                    f"http://{HOST}:{port[f'{key}-{name}']}/healthz"
+                )
+    return real | {
         "etcd": Probe(f"http://{HOST}:{port['etcd']}/health"),
         "kube-apiserver": Probe(
             f"https://{HOST}:{port['kube-apiserver']}/readyz", ca=ca, client=admin
@@ -442,3 +491,49 @@ def _probes(layout: Layout, record: LabRecord) -> dict[str, Probe]:
         "vslice-scheduler": Probe(f"http://{HOST}:{port['vslice-scheduler']}/readyz"),
         "vslice-webhook": Probe(f"https://{HOST}:{port['vslice-webhook']}/healthz", ca=ca),
     }
+
+
+def import_image(state_dir: Path, archive: Path) -> list[str]:
+    """Import an OCI image archive into the containerd of every real node of the running lab;
+    the nodes' names. Pods then use the image with ``imagePullPolicy: IfNotPresent`` (the
+    default for a tagged image other than ``:latest``) or ``Never``."""
+    layout = Layout.at(state_dir)
+    record = state.load(layout)
+    if record is None:
+        raise LabError(f"no lab recorded in {state_dir}", component="lab")
+    if not record.real_nodes:
+        why = f" ({record.real_node_note})" if record.real_node_note else ""
+        raise LabError(f"the lab in {state_dir} has no real node{why}", component="lab")
+    if not archive.is_file():
+        raise InvalidRequest(
+            f"archive {str(archive)!r} is not a file", field="archive", value=str(archive)
+        )
+    ctr = binaries_module.ensure_node(record.version).ctr
+    for name in record.real_nodes:
+        node = realnode.node_layout(layout, name)
+        realnode.import_image(node, ctr, archive.resolve(), layout.log(f"containerd-{name}"))
+    return list(record.real_nodes)
+
+
+def restart(state_dir: Path, name: str, *, kill: bool = False) -> processes.ProcessRecord:
+    """Stop one component of the running lab (SIGKILL with ``kill``, else SIGTERM) and start it
+    again with the same command line; its new record. Tests use it to restart a kubelet or a
+    device plugin under running pods."""
+    layout = Layout.at(state_dir)
+    record = state.load(layout)
+    if record is None:
+        raise LabError(f"no lab recorded in {state_dir}", component=name)
+    index = next((i for i, p in enumerate(record.processes) if p.name == name), None)
+    if index is None:
+        known = ", ".join(p.name for p in record.processes)
+        raise InvalidRequest(f"no component {name!r}; running: {known}", field="name", value=name)
+    old = record.processes[index]
+    if kill and processes.alive(old):
+        processes.kill(old)
+    processes.stop(old)
+    new = processes.start(
+        name, old.argv, Path(old.log), {**_base_env(), **dict(old.env)}, dict(old.env)
+    )
+    record.processes[index] = new
+    state.save(layout, record)
+    return new

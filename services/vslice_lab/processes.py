@@ -27,6 +27,10 @@ class ProcessRecord:
     pid: int
     start_ticks: int
     log: str
+    argv: tuple[str, ...] = ()
+    """What was started, so ``restart`` can start the same again."""
+    env: tuple[tuple[str, str], ...] = ()
+    """The component's own environment on top of the lab's."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -38,6 +42,8 @@ class ProcessRecord:
             pid=int(data["pid"]),
             start_ticks=int(data["start_ticks"]),
             log=str(data["log"]),
+            argv=tuple(str(a) for a in data.get("argv", ())),
+            env=tuple((str(k), str(v)) for k, v in data.get("env", ())),
         )
 
 
@@ -59,9 +65,15 @@ def _reap(pid: int) -> None:
 
 
 def start(
-    name: str, argv: Sequence[str], log: Path, env: Mapping[str, str] | None = None
+    name: str,
+    argv: Sequence[str],
+    log: Path,
+    env: Mapping[str, str] | None = None,
+    own_env: Mapping[str, str] | None = None,
 ) -> ProcessRecord:
-    """Start ``argv`` in a new session, logging to ``log``; raises OSError if it cannot exec."""
+    """Start ``argv`` in a new session, logging to ``log``; raises OSError if it cannot exec.
+
+    ``own_env`` (the component's additions to ``env``) is recorded for a later restart."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as out:
         out.write(f"\n==> {time.strftime('%H:%M:%S')} starting: {' '.join(argv)}\n".encode())
@@ -76,7 +88,14 @@ def start(
         )
     stat = _stat(process.pid)
     ticks = stat[1] if stat else 0
-    return ProcessRecord(name=name, pid=process.pid, start_ticks=ticks, log=str(log))
+    return ProcessRecord(
+        name=name,
+        pid=process.pid,
+        start_ticks=ticks,
+        log=str(log),
+        argv=tuple(argv),
+        env=tuple(sorted((own_env or {}).items())),
+    )
 
 
 def alive(record: ProcessRecord) -> bool:
@@ -101,6 +120,14 @@ def stop(record: ProcessRecord, timeout: float = 10.0) -> bool:
     while alive(record) and time.monotonic() < deadline:
         time.sleep(0.05)
     return True
+
+
+def kill(record: ProcessRecord, timeout: float = 5.0) -> None:
+    """SIGKILL the process's group at once (a crash, for tests) and wait until it is gone."""
+    _signal_group(record.pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    while alive(record) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:

@@ -29,6 +29,13 @@ class LabRecord:
     extender_url: str = ""
     webhook: bool = False
     nodes: list[str] = field(default_factory=list)
+    """Every node of the lab, simulated and real."""
+    real_nodes: list[str] = field(default_factory=list)
+    """Nodes run by a real kubelet and containerd on this machine."""
+    real_node_note: str = ""
+    """Why an inventory node marked ``kubelet: true`` is simulated instead (empty: none is)."""
+    host: dict[str, Any] | None = None
+    """The host as it was before real nodes changed it (``hostchanges.HostSnapshot``)."""
 
     @property
     def server(self) -> str:
@@ -45,6 +52,9 @@ class LabRecord:
             "extender_url": self.extender_url,
             "webhook": self.webhook,
             "nodes": self.nodes,
+            "real_nodes": self.real_nodes,
+            "real_node_note": self.real_node_note,
+            "host": self.host,
         }
 
     @classmethod
@@ -58,6 +68,9 @@ class LabRecord:
             extender_url=str(data.get("extender_url", "")),
             webhook=bool(data.get("webhook", False)),
             nodes=[str(n) for n in data.get("nodes", [])],
+            real_nodes=[str(n) for n in data.get("real_nodes", [])],
+            real_node_note=str(data.get("real_node_note", "")),
+            host=dict(data["host"]) if isinstance(data.get("host"), dict) else None,
         )
 
 

@@ -12,6 +12,9 @@ your own, so the whole run pays for one control plane:
 - ``namespace`` (per test): a fresh namespace whose ``default`` service account exists, deleted
   after the test. Create everything of your test in it.
 - ``lab_state_dir`` (session): where the lab keeps logs and certificates.
+- ``real_node`` (per test): the lab's real node (a kubelet and containerd on this machine, the
+  fake driver standing in for its GPUs) as a :class:`RealNode`; a test that needs it fails
+  (never skips) when the lab has none, with the reason the lab gave.
 
 ``VSLICE_E2E_SERVICES=on|off`` forces the real vslice services in or out (default: in when
 both the extender and the webhook are installed).
@@ -34,6 +37,7 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
+from hostprint import HostPrint, fingerprint
 from recording_extender import RecordingExtender
 from vslice_kube.client import api_client
 from vslice_lab import lab as lab_module
@@ -62,6 +66,7 @@ class LabHandle:
     api: k8s.ApiClient
     extender: RecordingExtender
     services: bool
+    host_before: HostPrint
 
     @property
     def core(self) -> k8s.CoreV1Api:
@@ -170,6 +175,7 @@ def lab(lab_state_dir: Path) -> Iterator[LabHandle]:
         services=services,
         extender_url=extender.url,
     )
+    host_before = fingerprint()
     # Registered before up(): a session killed half way still stops what was started.
     atexit.register(lab_module.down, lab_state_dir)
     try:
@@ -184,7 +190,7 @@ def lab(lab_state_dir: Path) -> Iterator[LabHandle]:
     else:
         extender.binder = _binder(api)
     try:
-        yield LabHandle(lab_state_dir, record, kubeconfig, api, extender, services)
+        yield LabHandle(lab_state_dir, record, kubeconfig, api, extender, services, host_before)
     finally:
         extender.stop()
         lab_module.down(lab_state_dir)

@@ -108,13 +108,15 @@ def test_status_and_down_without_a_lab_say_so(tmp_path: Path) -> None:
     assert "nothing to stop" in down.stdout
 
 
-def test_the_example_inventory_gives_three_nodes_with_one_device_per_slot() -> None:
+def test_the_example_inventory_gives_four_nodes_one_real_with_one_device_per_slot() -> None:
     nodes = {node.name: node for node in load_inventory(REPO / "inventory/lab/cluster.yaml")}
     assert {name: node.gpu_devices for name, node in nodes.items()} == {
         "lab-a100": 20,
         "lab-t4": 16,
         "lab-h100": 64,
+        "lab-l4": 8,
     }
+    assert [name for name, node in nodes.items() if node.real] == ["lab-l4"]
     h100 = nodes["lab-h100"].inventory
     assert (
         h100.link("GPU-h100-0000-0000-0000-000000000000", "GPU-h100-0000-0000-0000-000000000001")

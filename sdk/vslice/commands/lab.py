@@ -1,4 +1,6 @@
-"""``vslice lab up|down|status``: a real control plane with simulated GPU nodes, on this machine.
+"""``vslice lab up|down|status|import-image``: a real control plane with simulated GPU nodes and a
+real GPU node (a kubelet and containerd, the fake driver standing in for the GPUs), on this
+machine.
 
 ``up`` prints progress on stderr and one line on stdout, ``export KUBECONFIG=...``, so
 ``eval "$(vslice lab up)"`` points kubectl and the SDK at the lab. Exit status: 0 on success,
@@ -25,6 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ("up", "start the lab (builds the Kubernetes binaries once, then caches them)"),
         ("down", "stop every process the lab started and remove its cluster data"),
         ("status", "show each component's health"),
+        ("import-image", "import an OCI image archive into the lab's real node(s)"),
     ):
         sub = actions.add_parser(name, help=help_text, description=help_text)
         sub.add_argument(
@@ -33,7 +36,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             default=DEFAULT_STATE_DIR,
             help=f"logs, certificates, kubeconfig of the lab (default {DEFAULT_STATE_DIR})",
         )
+        if name == "import-image":
+            sub.add_argument(
+                "archive",
+                type=Path,
+                help="OCI image archive (e.g. from `podman save --format oci-archive`, "
+                "`docker save`, `skopeo copy ... oci-archive:FILE`)",
+            )
         if name == "up":
+            sub.add_argument(
+                "--simulated-only",
+                action="store_true",
+                help="simulate every node, also those marked `kubelet: true` in the inventory",
+            )
             sub.add_argument(
                 "--inventory",
                 type=Path,
@@ -72,6 +87,8 @@ def run(args: argparse.Namespace) -> int:
             return _up(args)
         if args.action == "down":
             return _down(args)
+        if args.action == "import-image":
+            return _import_image(args)
         return _status(args)
     except InvalidRequest as error:
         print(f"vslice lab {args.action}: {error}", file=sys.stderr)
@@ -99,34 +116,49 @@ def _up(args: argparse.Namespace) -> int:
         bin_dirs=tuple(args.bin_dir),
         services=services,
         progress=_progress,
+        real_nodes=not args.simulated_only,
     )
     record = up(options)
     layout = Layout.at(args.state_dir)
+    simulated = len(record.nodes) - len(record.real_nodes)
+    real = ", ".join(record.real_nodes) or "none"
     _progress(
-        f"up: API server {record.server}, {len(record.nodes)} simulated node(s), "
+        f"up: API server {record.server}, {simulated} simulated node(s), real node(s): {real}; "
         f"logs in {layout.logs}; stop with `vslice lab down --state-dir {args.state_dir}`"
     )
     print(f"export KUBECONFIG={layout.kubeconfig}", flush=True)
     if args.example:
-        return _example(layout.kubeconfig, services=bool(record.extender_url))
+        uuids = real_node_gpus(record.inventory, record.real_nodes)
+        return _example(layout.kubeconfig, uuids, services=bool(record.extender_url))
     return 0
 
 
-EXAMPLE_REQUEST = [
-    "--name",
-    "example-slice",
-    "--memory",
-    "10Gi",
-    "--cores",
-    "30",
-    "python:3.12-slim",
-    "python",
-    "-c",
-    "print('hello from a GPU slice')",
-]
+EXAMPLE_REQUEST = ["--name", "example-slice", "--memory", "4Gi", "--cores", "30"]
 
 
-def _example(kubeconfig: Path, *, services: bool) -> int:
+def real_node_gpus(inventory: str, real_nodes: list[str]) -> list[str]:
+    """The GPU UUIDs of the lab's real nodes, from its inventory file."""
+    from vslice_lab.inventory import load_inventory
+
+    if not inventory or not real_nodes:
+        return []
+    nodes = load_inventory(Path(inventory))
+    return [gpu.uuid for node in nodes if node.name in real_nodes for gpu in node.inventory.gpus]
+
+
+def example_argv(kubeconfig: Path, real_gpus: list[str]) -> list[str]:
+    """``vslice request`` arguments of the example: on a real node's GPUs, vslice-smoke shows the
+    slice it sees and where out-of-memory struck; without one, a pod on a simulated node."""
+    from vslice_lab.images import SMOKE_IMAGE
+
+    argv = ["request", "--kubeconfig", str(kubeconfig), *EXAMPLE_REQUEST]
+    if real_gpus:
+        argv += ["--gpu-uuid", ",".join(real_gpus), "--wait", "completed", "--logs"]
+        return [*argv, SMOKE_IMAGE, "vslice-smoke", "memory"]
+    return [*argv, SMOKE_IMAGE]
+
+
+def _example(kubeconfig: Path, real_gpus: list[str], *, services: bool) -> int:
     """Submit a first sliced pod through ``vslice request``; its output goes to stderr so that
     stdout stays the single export line."""
     from vslice.cli import main
@@ -134,7 +166,7 @@ def _example(kubeconfig: Path, *, services: bool) -> int:
     if not services:
         _progress("--example needs the vslice extender and webhook, which are not running")
         return 1
-    argv = ["request", "--kubeconfig", str(kubeconfig), *EXAMPLE_REQUEST]
+    argv = example_argv(kubeconfig, real_gpus)
     _progress("example: vslice " + " ".join(argv))
     with contextlib.redirect_stdout(sys.stderr):
         return main(argv)
@@ -162,9 +194,21 @@ def _status(args: argparse.Namespace) -> int:
     ready = ready_nodes(args.state_dir)
     shown = "unknown (API not answering)" if ready is None else f"{len(ready)}/{len(record.nodes)}"
     print(f"API server {record.server}  Kubernetes {record.version}  nodes Ready {shown}")
+    real = ", ".join(record.real_nodes) or "none"
+    print(
+        f"real node(s): {real}" + (f" ({record.real_node_note})" if record.real_node_note else "")
+    )
     width = max(len(line.name) for line in lines) if lines else 0
     for line in lines:
         health = "healthy" if line.healthy else f"UNHEALTHY: {line.problem}"
         print(f"  {line.name:<{width}}  pid {line.pid:<7}  {health}")
     nodes_ok = ready is not None and set(record.nodes) <= ready
     return 0 if lines and nodes_ok and all(line.healthy for line in lines) else 1
+
+
+def _import_image(args: argparse.Namespace) -> int:
+    from vslice_lab.lab import import_image
+
+    names = import_image(args.state_dir, args.archive)
+    print(f"imported {args.archive} into {', '.join(names)}")
+    return 0

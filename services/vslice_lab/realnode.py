@@ -1,0 +1,222 @@
+"""Bringing a real GPU node of the lab up and down (configuration in ``nodeconfig``).
+
+``start`` runs after the control plane answers: preflight (root, cgroups, overlayfs, no other
+kubelet on this machine, the shim built), the node's binaries (built once), a snapshot of the
+host (``hostchanges``), certificates, configuration, stand-in device nodes, then containerd,
+the lab's images imported into it, and the kubelet with vslice's device plugin and monitor.
+It returns once the node is Ready and advertises its GPU slots. A machine that cannot run a
+real node gets that node simulated instead, with one line saying why.
+
+``stop`` runs after every recorded process has been stopped: it kills what containerd's shims
+left running, unmounts everything below the nodes' directories and undoes the host changes.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from vslice_core.resources import DEFAULT_RESOURCE_NAMES
+from vslice_kube.client import api_client
+from vslice_kube.nodes import is_ready, read_node, set_node_addresses
+
+from vslice_lab import binaries as binaries_module
+from vslice_lab import configs, hostchanges, images, nodeconfig, pki, state
+from vslice_lab.components import Certificates, Component
+from vslice_lab.errors import LabError
+from vslice_lab.inventory import SimulatedNode
+from vslice_lab.layout import Layout
+from vslice_lab.nodeconfig import NodeLayout, NodePorts, ShimBuild
+from vslice_lab.ports import HOST, free_ports
+from vslice_lab.state import LabRecord
+
+Launch = Callable[[Sequence[Component]], None]
+
+
+@dataclass(frozen=True)
+class NodeContext:
+    """What starting a real node needs from the rest of ``up``."""
+
+    layout: Layout
+    record: LabRecord
+    certs: Certificates
+    server: str
+    admin: Path
+    inventory_file: Path
+    version: str
+    bin_dirs: tuple[Path, ...]
+    shim: ShimBuild
+    timeout: float
+    launch: Launch
+    say: Callable[[str], None]
+
+
+def node_layout(layout: Layout, name: str) -> NodeLayout:
+    return NodeLayout(layout.root / "nodes" / name)
+
+
+def choose(nodes: Sequence[SimulatedNode], shim: ShimBuild) -> tuple[list[SimulatedNode], str]:
+    """The real nodes that will run here and, when some must be simulated instead, why."""
+    wanted = [node for node in nodes if node.real]
+    if not wanted:
+        return [], ""
+    reason = nodeconfig.preflight(shim)
+    if reason is not None:
+        return [], f"{reason}; simulating {', '.join(n.name for n in wanted)} instead"
+    if len(wanted) > 1:
+        # The kubelet's device-plugin directory is a fixed path: one kubelet per machine.
+        rest = ", ".join(n.name for n in wanted[1:])
+        why = "one real node per machine (the kubelet's device-plugin directory is fixed)"
+        return wanted[:1], f"{why}; simulating {rest}"
+    return wanted, ""
+
+
+def start(node: SimulatedNode, ctx: NodeContext) -> None:
+    """Start one real node (see the module docstring); LabError names what failed."""
+    name = node.name
+    binaries = binaries_module.ensure_node(ctx.version, ctx.bin_dirs)
+    record = ctx.record
+    if record.host is None:
+        record.host = hostchanges.snapshot([nodeconfig.BRIDGE]).to_json()
+    record.real_nodes.append(name)
+    state.save(ctx.layout, record)
+    layout = node_layout(ctx.layout, name)
+    picked = free_ports(["kubelet", "kubelet-healthz", "device-plugin", "monitor"])
+    ports = NodePorts(
+        picked["kubelet"], picked["kubelet-healthz"], picked["device-plugin"], picked["monitor"]
+    )
+    record.ports.update({f"{key}-{name}": value for key, value in picked.items()})
+    serving, client = _node_certificates(ctx, name)
+    nodeconfig.write_configs(
+        layout, binaries, ports, ctx.certs.ca.cert, serving, images.PAUSE_IMAGE
+    )
+    nodeconfig.make_device_nodes(layout, node.inventory)
+    configs.write_kubeconfig(
+        layout.kubelet_kubeconfig, ctx.server, ctx.certs.ca.cert, client, f"system:node:{name}"
+    )
+    ctx.say(f"starting containerd for real node {name}")
+    ctx.launch([nodeconfig.containerd(name, layout, binaries)])
+    archives = build_images(ctx.layout)
+    for archive in archives:
+        import_image(layout, binaries.ctr, archive, ctx.layout.log(f"containerd-{name}"))
+    plugin = configs.write_settings(
+        layout.settings("device-plugin"),
+        nodeconfig.device_plugin_settings(
+            name,
+            layout,
+            ctx.inventory_file,
+            node.inventory,
+            ctx.shim,
+            ctx.admin,
+            ports.device_plugin,
+        ),
+    )
+    monitor = configs.write_settings(
+        layout.settings("monitor"),
+        nodeconfig.monitor_settings(name, layout, ctx.admin, ports.monitor),
+    )
+    ctx.launch(
+        [
+            nodeconfig.kubelet(name, layout, binaries, ports),
+            nodeconfig.node_service("device-plugin", name, plugin, ports.device_plugin),
+            nodeconfig.node_service("monitor", name, monitor, ports.monitor),
+        ]
+    )
+    _wait_registered(ctx, node)
+
+
+def _node_certificates(ctx: NodeContext, name: str) -> tuple[pki.KeyPair, pki.KeyPair]:
+    directory = ctx.layout.pki
+    serving = pki.issue(
+        ctx.certs.ca,
+        directory,
+        f"kubelet-{name}-serving",
+        common_name=f"system:node:{name}",
+        organization="system:nodes",
+        hosts=(HOST, "localhost", name),
+        server=True,
+        client=False,
+    )
+    client = pki.issue(
+        ctx.certs.ca,
+        directory,
+        f"kubelet-{name}",
+        common_name=f"system:node:{name}",
+        organization="system:nodes",
+    )
+    return serving, client
+
+
+def build_images(layout: Layout) -> list[Path]:
+    """The sandbox and smoke image archives of this lab (rewritten each ``up``; reproducible)."""
+    out = layout.root / "images"
+    shim = ShimBuild(nodeconfig.default_shim_build())
+    pause = images.build_pause(out)
+    specs = [(images.pause_spec(pause), "pause.tar"), (images.smoke_spec(shim.smoke), "smoke.tar")]
+    archives = []
+    for spec, file_name in specs:
+        images.write_archive(spec, out / file_name)
+        archives.append(out / file_name)
+    return archives
+
+
+def import_image(layout: NodeLayout, ctr: Path, archive: Path, log: Path) -> None:
+    """``ctr -n k8s.io images import`` into this node's containerd; LabError on failure."""
+    command = [str(ctr), "--address", str(layout.containerd_socket), "-n", "k8s.io"]
+    command += ["images", "import", str(archive)]
+    result = subprocess.run(command, capture_output=True, text=True, check=False, timeout=300)
+    if result.returncode != 0:
+        raise LabError(
+            f"importing {archive.name} into containerd failed: "
+            f"{(result.stderr or result.stdout).strip()[-300:]} (containerd log: {log})",
+            component="containerd",
+            log=log,
+        )
+
+
+def _wait_registered(ctx: NodeContext, node: SimulatedNode) -> None:
+    """Wait for the node object, give it its loopback address, wait for Ready and its GPUs."""
+    name = node.name
+    client = api_client(ctx.admin)
+    log = ctx.layout.log(f"kubelet-{name}")
+    gpu = DEFAULT_RESOURCE_NAMES.gpu
+    want = str(node.gpu_devices)
+    deadline = time.monotonic() + ctx.timeout
+    addressed = False
+    last = "not registered"
+    try:
+        while time.monotonic() < deadline:
+            found = read_node(client, name)
+            if found is not None and not addressed:
+                set_node_addresses(client, name, {"InternalIP": HOST, "Hostname": name})
+                addressed = True
+            if found is not None:
+                allocatable = (found.get("status") or {}).get("allocatable") or {}
+                if is_ready(found) and allocatable.get(gpu) == want:
+                    return
+                last = f"Ready={is_ready(found)}, {gpu} allocatable={allocatable.get(gpu, 0)}"
+            time.sleep(0.5)
+    finally:
+        client.close()  # type: ignore[no-untyped-call]
+    raise LabError(
+        f"real node {name} did not become Ready with {want} {gpu} within {ctx.timeout:.0f}s "
+        f"({last}); see {log} and {ctx.layout.log(f'device-plugin-{name}')}",
+        component=f"kubelet-{name}",
+        log=log,
+    )
+
+
+def stop(layout: Layout, record: LabRecord) -> list[str]:
+    """Clean what the real nodes left (see the module docstring); problems that remain."""
+    problems = []
+    for name in record.real_nodes:
+        left = hostchanges.kill_containers(str(node_layout(layout, name).root))
+        if left:
+            problems.append(f"{left} container process(es) of {name} did not exit")
+    hostchanges.unmount_all(layout.root / "nodes")
+    if record.host is not None:
+        problems += hostchanges.restore(hostchanges.HostSnapshot.from_json(record.host))
+    return problems

@@ -1,0 +1,99 @@
+"""The lab's own images: OCI archives written from host files, without a registry."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+from vslice_core.errors import InvalidRequest
+from vslice_lab import images
+
+
+def _members(archive: Path) -> dict[str, bytes]:
+    with tarfile.open(archive) as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
+
+
+def _blob(members: dict[str, bytes], digest: str) -> bytes:
+    data = members[f"blobs/sha256/{digest.removeprefix('sha256:')}"]
+    assert "sha256:" + hashlib.sha256(data).hexdigest() == digest  # content-addressed
+    return data
+
+
+def test_an_archive_is_an_oci_layout_whose_digests_and_diff_ids_match(tmp_path: Path) -> None:
+    spec = images.ImageSpec(
+        "vslice.local/test:1",
+        [
+            images.ImageFile("bin/hello", data=b"#!/bin/sh\necho hi\n"),
+            images.ImageFile("bin/hi", link="hello"),
+        ],
+        entrypoint=["/bin/hello"],
+    )
+    digest = images.write_archive(spec, tmp_path / "test.tar")
+    members = _members(tmp_path / "test.tar")
+    assert json.loads(members["oci-layout"]) == {"imageLayoutVersion": "1.0.0"}
+    index = json.loads(members["index.json"])
+    entry = index["manifests"][0]
+    assert entry["digest"] == digest
+    assert entry["annotations"]["io.containerd.image.name"] == "vslice.local/test:1"
+    manifest = json.loads(_blob(members, digest))
+    config = json.loads(_blob(members, manifest["config"]["digest"]))
+    layer = _blob(members, manifest["layers"][0]["digest"])
+    uncompressed = gzip.decompress(layer)
+    assert config["rootfs"]["diff_ids"] == ["sha256:" + hashlib.sha256(uncompressed).hexdigest()]
+    assert config["config"]["Entrypoint"] == ["/bin/hello"]
+    assert (config["architecture"], config["os"]) == ("amd64", "linux")
+    with tarfile.open(fileobj=io.BytesIO(uncompressed)) as tar:
+        entries = {m.name: m for m in tar.getmembers()}
+    assert entries["bin"].isdir() and entries["bin/hello"].mode == 0o755
+    assert entries["bin/hi"].issym() and entries["bin/hi"].linkname == "hello"
+
+
+def test_the_same_inputs_give_the_same_bytes(tmp_path: Path) -> None:
+    spec = images.ImageSpec("vslice.local/test:1", [images.ImageFile("a", data=b"x")])
+    first = images.write_archive(spec, tmp_path / "one.tar")
+    second = images.write_archive(spec, tmp_path / "two.tar")
+    assert first == second
+    assert (tmp_path / "one.tar").read_bytes() == (tmp_path / "two.tar").read_bytes()
+
+
+def test_an_entry_without_content_is_refused_with_its_path(tmp_path: Path) -> None:
+    spec = images.ImageSpec("vslice.local/test:1", [images.ImageFile("etc/empty")])
+    with pytest.raises(InvalidRequest, match="etc/empty"):
+        images.write_archive(spec, tmp_path / "bad.tar")
+
+
+def test_a_missing_host_file_names_the_file(tmp_path: Path) -> None:
+    spec = images.ImageSpec(
+        "vslice.local/test:1", [images.ImageFile("x", source=tmp_path / "nope")]
+    )
+    with pytest.raises(images.ImageError, match="nope"):
+        images.write_archive(spec, tmp_path / "bad.tar")
+
+
+def test_the_sandbox_program_is_static_and_stops_on_sigterm(tmp_path: Path) -> None:
+    binary = images.build_pause(tmp_path)
+    headers = subprocess.run(
+        ["readelf", "-l", str(binary)], capture_output=True, text=True, check=True
+    ).stdout
+    assert "INTERP" not in headers  # no dynamic loader: the image needs nothing else
+    process = subprocess.Popen([str(binary)])
+    process.terminate()
+    assert process.wait(timeout=5) == 0
+
+
+def test_the_smoke_image_carries_the_c_library_and_a_shell(tmp_path: Path) -> None:
+    smoke = tmp_path / "vslice-smoke"
+    smoke.write_bytes(Path("/bin/true").read_bytes())  # any dynamic glibc program will do here
+    spec = images.smoke_spec(smoke)
+    paths = {item.path for item in spec.files}
+    assert "usr/local/bin/vslice-smoke" in paths and "bin/sh" in paths
+    assert any(path.endswith("/libc.so.6") for path in paths)
+    assert any(path.startswith("lib64/ld-linux") for path in paths)
+    assert any(path.endswith("/libdl.so.2") for path in paths)  # the shim links it
