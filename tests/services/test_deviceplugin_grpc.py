@@ -9,101 +9,41 @@ feed with pods; nothing on the gRPC path is replaced.
 from __future__ import annotations
 
 import logging
-import shutil
 import socket
 import stat
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import grpc
 import pytest
 import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from kubelet import Kubelet, PodResources, plugin_client
+from kubelet import Kubelet, PodResources
+from plugin_lab import (
+    GPU_A,
+    GPU_B,
+    NODE,
+    SLOTS,
+    Lab,
+    allocate,
+    delivered,
+    gpu_pod,
+    grant,
+    inventory,
+    make_lab,
+)
 from vslice_core import annotations as ann
-from vslice_core.model import Allocation, ContainerAllocation, GpuGrant
 from vslice_services.deviceplugin.api import deviceplugin_pb2 as pb
-from vslice_services.deviceplugin.api import deviceplugin_pb2_grpc as pb_grpc
-from vslice_services.deviceplugin.backends.static import StaticBackend
-from vslice_services.deviceplugin.nodeapi import MemoryNodeApi
-from vslice_services.deviceplugin.plugin import DevicePlugin
-from vslice_services.deviceplugin.settings import DevicePluginSettings
-
-NODE = "gpu-node-1"
-GPU_A = "GPU-6c7f0d8e-0000-4000-8000-00000000000a"
-GPU_B = "GPU-6c7f0d8e-0000-4000-8000-00000000000b"
-SLOTS = 4
-
-
-def inventory(healthy_b: bool = True) -> dict[str, Any]:
-    gpu = {"model": "NVIDIA-A100-SXM4-80GB", "memory_mib": 81920, "slots": SLOTS}
-    return {
-        "nodes": [
-            {
-                "name": NODE,
-                "gpus": [
-                    {**gpu, "uuid": GPU_A, "index": 0, "numa": 0},
-                    {**gpu, "uuid": GPU_B, "index": 1, "numa": 1, "healthy": healthy_b},
-                ],
-            },
-            {"name": "other-node", "gpus": []},
-        ]
-    }
-
-
-@dataclass
-class Lab:
-    directory: Path
-    inventory_file: Path
-    cache_root: Path
-    files: Path
-    api: MemoryNodeApi
-    plugin: DevicePlugin
-
-    def client(self) -> pb_grpc.DevicePluginStub:
-        return plugin_client(self.directory / "vslice.sock")
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    # Unix socket paths are limited to 107 bytes; pytest's tmp_path can be longer.
-    path = Path(tempfile.mkdtemp(prefix="vsdp-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture
 def lab(short_dir: Path, tmp_path: Path) -> Iterator[Lab]:
-    plugins = short_dir / "device-plugins"
-    plugins.mkdir()
-    inventory_file = tmp_path / "inventory.yaml"
-    inventory_file.write_text(yaml.safe_dump(inventory()))
-    shim = tmp_path / "libvslice.so"
-    shim.write_bytes(b"\x7fELF")
-    settings = DevicePluginSettings(
-        node_name=NODE,
-        backend="static",
-        inventory=str(inventory_file),
-        device_plugin_dir=str(plugins),
-        cache_root=str(tmp_path / "containers"),
-        shim_library=str(shim),
-        preload_file=str(tmp_path / "ld.so.preload"),
-        kubelet_poll_seconds=0.1,
-        api_wait_seconds=2.0,
-        pod_resources_socket=str(short_dir / "pod-resources.sock"),  # served only when a test asks
-    )
-    api = MemoryNodeApi()
-    api.put_node(NODE)
-    backend = StaticBackend(inventory_file, NODE, poll_s=0.1)
-    plugin = DevicePlugin(settings, backend, api)
-    yield Lab(plugins, inventory_file, tmp_path / "containers", tmp_path, api, plugin)
-    plugin.stop()
+    # Everything in the Allocate response, as before CDI; test_deviceplugin_cdi.py covers CDI.
+    lab = make_lab(short_dir, tmp_path, injection="mounts")
+    yield lab
+    lab.plugin.stop()
 
 
 @pytest.fixture
@@ -125,47 +65,6 @@ def running(lab: Lab, kubelet: Kubelet) -> Lab:
     lab.plugin.start()
     kubelet.next_registration()
     return lab
-
-
-def gpu_pod(
-    name: str, created: str, grants: dict[str, list[GpuGrant]], bound: str | None = None
-) -> dict[str, Any]:
-    allocation = Allocation(
-        node=NODE,
-        containers=[ContainerAllocation(name=c, gpus=g) for c, g in grants.items()],
-    )
-    annotations = {ann.ALLOCATION: ann.encode_allocation(allocation)}
-    if bound is not None:
-        annotations[ann.BIND_TIME] = ann.encode_bind_time(datetime.fromisoformat(bound))
-    return {
-        "metadata": {
-            "name": name,
-            "namespace": "team-a",
-            "uid": f"uid-{name}",
-            "creationTimestamp": created,
-            "annotations": annotations,
-        },
-        "spec": {"nodeName": NODE, "containers": [{"name": c} for c in grants]},
-        "status": {"phase": "Pending"},
-    }
-
-
-def grant(uuid: str, index: int, memory_mib: int = 30720, cores: int = 50) -> GpuGrant:
-    return GpuGrant(uuid=uuid, index=index, memory_mib=memory_mib, cores=cores)
-
-
-def allocate(client: pb_grpc.DevicePluginStub, *device_ids: str) -> pb.ContainerAllocateResponse:
-    request = pb.AllocateRequest(
-        container_requests=[pb.ContainerAllocateRequest(devices_ids=list(device_ids))]
-    )
-    response = client.Allocate(request, timeout=10)
-    assert len(response.container_responses) == 1
-    return response.container_responses[0]
-
-
-def delivered(api: MemoryNodeApi, name: str) -> list[str]:
-    value = api.pod("team-a", name)["metadata"]["annotations"][ann.DELIVERED]
-    return ann.decode_delivered(value).containers
 
 
 # -- registration and the device list ----------------------------------------------------------

@@ -1,9 +1,8 @@
-"""Matching Allocate calls to pods, and the answer a container gets: pure functions."""
+"""Matching Allocate calls to pods: pure functions (the answer: test_deviceplugin_delivery.py)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pytest
@@ -14,7 +13,6 @@ from vslice_core.errors import DecodeError, InvalidRequest
 from vslice_core.model import Allocation, ContainerAllocation, GpuGrant
 from vslice_services.deviceplugin.allocator import pod_facts
 from vslice_services.deviceplugin.api import podresources_pb2 as pr
-from vslice_services.deviceplugin.delivery import Layout, delivery, environment
 from vslice_services.deviceplugin.devices import (
     VirtualDevice,
     gpus_of,
@@ -29,7 +27,6 @@ from vslice_services.deviceplugin.pending import (
 )
 from vslice_services.deviceplugin.podresources import kubelet_view
 from vslice_services.deviceplugin.preferred import preferred_ids
-from vslice_services.deviceplugin.settings import DevicePluginSettings
 
 NODE = "n1"
 T0, T1 = "2026-01-01T10:00:00Z", "2026-01-01T10:00:01Z"
@@ -334,47 +331,3 @@ def test_preferred_ids_are_always_distinct_available_and_never_too_many(
     assert len(chosen) == min(size, len(available))
     assert len(set(chosen)) == len(chosen)
     assert set(chosen) <= set(available)
-
-
-# -- what the container receives ---------------------------------------------------------
-
-
-def test_environment_names_each_visible_gpu_limit_by_its_position() -> None:
-    envs = environment(
-        [grant("GPU-x", 3, 4096, 25), grant("GPU-y", 1, 2048, 25)],
-        PurePosixPath("/run/vslice/u/c/vslice.cache"),
-    )
-    assert envs == {
-        "NVIDIA_VISIBLE_DEVICES": "GPU-x,GPU-y",
-        "CUDA_DEVICE_MEMORY_SHARED_CACHE": "/run/vslice/u/c/vslice.cache",
-        "CUDA_DEVICE_SM_LIMIT": "25",
-        "CUDA_DEVICE_MEMORY_LIMIT_0": "4096m",
-        "CUDA_DEVICE_SM_LIMIT_0": "25",
-        "CUDA_DEVICE_MEMORY_LIMIT_1": "2048m",
-        "CUDA_DEVICE_SM_LIMIT_1": "25",
-    }
-
-
-def test_every_container_gets_its_own_region_path_and_host_directory() -> None:
-    layout = Layout(cache_root=Path("/var/lib/vslice/containers"))
-    one = delivery([grant()], "uid-1", "main", layout, {"GPU-a": 4})
-    two = delivery([grant()], "uid-1", "sidecar", layout, {"GPU-a": 4})
-    assert (
-        one.envs["CUDA_DEVICE_MEMORY_SHARED_CACHE"] != two.envs["CUDA_DEVICE_MEMORY_SHARED_CACHE"]
-    )
-    assert {m.host_path for m in one.mounts} & {m.host_path for m in two.mounts} == {
-        "/usr/local/vslice/lib/libvslice.so",
-        "/usr/local/vslice/ld.so.preload",
-    }
-    assert one.devices[0].host_path == "/dev/nvidia4"
-
-
-def test_node_wide_shim_settings_reach_the_container_only_when_set() -> None:
-    settings = DevicePluginSettings(
-        backend="static", inventory="x.yaml", context_overhead="300m", shim_log_level=""
-    )
-    assert settings.shim_env == {"VSLICE_CONTEXT_OVERHEAD": "300m"}
-    layout = Layout(cache_root=Path("/var/lib/vslice/containers"))
-    answer = delivery([grant()], "u", "c", layout, {}, settings.shim_env)
-    assert answer.envs["VSLICE_CONTEXT_OVERHEAD"] == "300m"
-    assert "VSLICE_LOG_LEVEL" not in answer.envs

@@ -22,6 +22,7 @@ import yaml
 from kubelet import Kubelet
 
 NODE = "gpu-node-1"
+SPEC = "vslice.io-gpu.json"
 VSLICE = str(Path(sys.executable).parent / "vslice")
 
 
@@ -94,6 +95,8 @@ def test_serve_keeps_running_without_kubelet_or_api_server_and_stops_on_sigterm(
                 "cache_root": str(tmp_path / "containers"),
                 "shim_library": str(tmp_path / "libvslice.so"),
                 "preload_file": str(tmp_path / "ld.so.preload"),
+                "cdi_spec_dir": str(tmp_path / "cdi"),
+                "host_dev_dir": str(tmp_path / "dev"),
                 "kubeconfig": str(unreachable_kubeconfig(tmp_path / "kubeconfig")),
             }
         )
@@ -111,6 +114,8 @@ def test_serve_keeps_running_without_kubelet_or_api_server_and_stops_on_sigterm(
         assert status["devices"] == 3
         assert status["shim"].endswith("missing: GPU containers cannot start")
         assert (tmp_path / "ld.so.preload").read_text() == f"{tmp_path / 'libvslice.so'}\n"
+        assert status["cdi_spec"] == {"path": str(tmp_path / "cdi" / SPEC), "state": "written"}
+        assert status["host_files"].startswith(f"missing: {tmp_path / 'dev' / 'nvidia0'}, ")
         wait_for(lambda: "failing" in json.loads(get(port, "/status")[1])["inventory_annotation"])
         kubelet = Kubelet(plugin_dir)
         try:
@@ -130,6 +135,10 @@ def test_serve_keeps_running_without_kubelet_or_api_server_and_stops_on_sigterm(
     lines = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
     messages = [line["msg"] for line in lines]
     assert "registered with the kubelet" in messages
+    assert "CDI spec written" in messages
+    missing = [line["path"] for line in lines if line["msg"].startswith("host file for GPU")]
+    assert missing[0] == str(tmp_path / "dev" / "nvidia0")
+    assert json.loads((tmp_path / "cdi" / SPEC).read_text())["devices"][0]["name"] == "GPU-a"
     assert "stopped" in messages
     refused = [line for line in lines if line["msg"].startswith("cannot write the node's GPU")]
     assert refused and "cannot reach the API server" in refused[0]["error"]
@@ -169,6 +178,8 @@ def test_serve_refuses_an_unknown_node_in_the_inventory_naming_the_known_ones(
         ("backend", "cuda", "backend"),
         ("inventory", "", "backend static needs inventory"),
         ("slots_per_gpu", 0, "slots_per_gpu"),
+        ("cdi_kind", "gpu", "cdi_kind must be 'vendor/class' with one '/', got 'gpu'"),
+        ("host_dev_dir", "dev", "host_dev_dir must be an absolute path, got 'dev'"),
     ],
 )
 def test_invalid_settings_exit_2_naming_the_setting(

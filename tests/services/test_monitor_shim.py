@@ -18,7 +18,7 @@ import pytest
 from fake_nvml import FAKE_DIR, ROOT, fake_uuid
 from prometheus_client.parser import text_string_to_metric_families
 from vslice_core.model import GpuGrant
-from vslice_services.deviceplugin.delivery import Layout, delivery
+from vslice_services.deviceplugin.delivery import Handover, Layout, delivery
 from vslice_services.monitor.main import metrics_service
 from vslice_services.monitor.settings import MonitorSettings
 
@@ -39,7 +39,7 @@ def program(built: None, tmp_path: Path) -> Iterator[tuple[Path, subprocess.Pope
     # In a container the region directory is bind-mounted; a host process sees the host path.
     layout = Layout(cache_root=root, container_cache_root=str(root))
     grant = GpuGrant(uuid=fake_uuid(0), index=0, memory_mib=1024, cores=40)
-    answer = delivery([grant], "uid-1", "main", layout, {fake_uuid(0): 0})
+    answer = delivery(Handover(layout), [grant], "uid-1", "main", {fake_uuid(0): 0})
     layout.host_cache_dir("uid-1", "main").mkdir(parents=True)
     env = {
         **os.environ,

@@ -25,7 +25,7 @@ from typing import Any
 from vslice_core import annotations as ann
 from vslice_core.errors import ClusterError, DecodeError, VsliceError
 
-from vslice_services.deviceplugin.delivery import Delivery, Layout, delivery
+from vslice_services.deviceplugin.delivery import Delivery, Handover, delivery
 from vslice_services.deviceplugin.devices import gpus_of
 from vslice_services.deviceplugin.nodeapi import NodeApi
 from vslice_services.deviceplugin.pending import (
@@ -77,19 +77,17 @@ class Allocator:
         self,
         node: str,
         api: NodeApi,
-        layout: Layout,
+        handover: Handover,
         gpu_minors: Callable[[], Mapping[str, int]],
         *,
         api_wait_s: float = 10.0,
-        shim_env: Mapping[str, str] | None = None,
         kubelet_view: Callable[[], KubeletView | None] = lambda: None,
     ) -> None:
         self.node = node
         self.api = api
-        self.layout = layout
+        self.handover = handover
         self.gpu_minors = gpu_minors
         self.api_wait_s = api_wait_s
-        self.shim_env = dict(shim_env or {})
         self.kubelet_view = kubelet_view  # the kubelet's PodResources record, None if unknown
         self._lock = threading.Lock()
         self._claims: dict[ContainerKey, PendingContainer] = {}
@@ -128,9 +126,7 @@ class Allocator:
                 "device_ids": list(device_ids),
             },
         )
-        return delivery(
-            chosen.grants, chosen.uid, chosen.container, self.layout, minors, self.shim_env
-        )
+        return delivery(self.handover, chosen.grants, chosen.uid, chosen.container, minors)
 
     def _list_pods(self) -> list[dict[str, Any]]:
         """List with retries: a short API outage must not fail a container start."""
@@ -175,7 +171,7 @@ class Allocator:
                 del self._claims[key]
 
     def _prepare_cache_dir(self, chosen: PendingContainer) -> None:
-        path = self.layout.host_cache_dir(chosen.uid, chosen.container)
+        path = self.handover.layout.host_cache_dir(chosen.uid, chosen.container)
         path.mkdir(parents=True, exist_ok=True)
         # Processes in the container may run as any user; the region must be writable by all.
         os.chmod(path, 0o777)

@@ -1,7 +1,18 @@
-"""What a container is handed at start: environment, mounts and device nodes.
+"""What a container is handed at start, and how: in the Allocate response or through CDI.
 
-A pure function of the container's grants and the node's file layout, so the exact answer the
-kubelet receives is unit-tested without gRPC.
+Pure functions of the container's grants, the node's file layout and the driver, so the exact
+answer the kubelet receives and the exact CDI spec are unit-tested without gRPC. The edits fall
+in two groups, computed once each:
+
+- node-wide (:func:`shared_edits`): the shim library and ``/etc/ld.so.preload``, the driver's
+  control device nodes, libraries, environment and mounts; plus one device node per GPU
+  (:func:`gpu_edits`). Identical for every container, so with ``injection: cdi`` they live in
+  the node's CDI spec file (:func:`cdi_spec`) and the response only names CDI devices;
+- per container (:func:`container_edits`): the limits the shim enforces and the container's
+  own region directory. They differ for every container started on the same GPU, which a
+  static spec cannot express, so they always travel in the response.
+
+With ``injection: mounts`` (runtimes without CDI) all of it goes into the response.
 
 Layout (documented in docs/device-plugin.md):
 
@@ -19,11 +30,18 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import Any, Literal
 
 from vslice_core.model import GpuGrant
 
+from vslice_services.deviceplugin import cdispec
+from vslice_services.deviceplugin.driver import Driver
+from vslice_services.deviceplugin.edits import Edits, MountSpec
+
 REGION_FILE = "vslice.cache"
-CONTROL_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+PRELOAD_PATH = "/etc/ld.so.preload"
+
+Injection = Literal["cdi", "mounts"]
 
 
 @dataclass(frozen=True)
@@ -40,6 +58,31 @@ class Layout:
 
     def container_cache_dir(self, pod_uid: str, container: str) -> PurePosixPath:
         return PurePosixPath(self.container_cache_root) / pod_uid / container
+
+
+@dataclass(frozen=True)
+class Handover:
+    """How this node hands GPUs to containers: file layout, driver, shim settings and mode.
+
+    ``shim_env`` holds node-wide shim settings (``VSLICE_CONTEXT_OVERHEAD``,
+    ``VSLICE_LOG_LEVEL``); ``driver_cdi_devices`` are templates of further CDI device names
+    given per granted GPU (``{uuid}``, ``{index}`` filled in), for a driver that has a CDI
+    spec of its own.
+    """
+
+    layout: Layout
+    driver: Driver = field(default_factory=Driver)
+    shim_env: Mapping[str, str] = field(default_factory=dict)
+    injection: Injection = "cdi"
+    cdi_kind: str = cdispec.DEFAULT_KIND
+    driver_cdi_devices: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Delivery(Edits):
+    """The container's answer: edits for the response, and the CDI devices it names."""
+
+    cdi_devices: list[str] = field(default_factory=list)
 
 
 def ensure_preload_file(layout: Layout) -> str:
@@ -60,27 +103,6 @@ def ensure_preload_file(layout: Layout) -> str:
     return "ok"
 
 
-@dataclass(frozen=True)
-class MountSpec:
-    container_path: str
-    host_path: str
-    read_only: bool
-
-
-@dataclass(frozen=True)
-class DeviceNodeSpec:
-    container_path: str
-    host_path: str
-    permissions: str = "rw"
-
-
-@dataclass(frozen=True)
-class Delivery:
-    envs: dict[str, str] = field(default_factory=dict)
-    mounts: list[MountSpec] = field(default_factory=list)
-    devices: list[DeviceNodeSpec] = field(default_factory=list)
-
-
 def environment(grants: Sequence[GpuGrant], region_path: PurePosixPath) -> dict[str, str]:
     """The shim's variables; index ``i`` is the i-th visible GPU, in the order granted."""
     envs = {
@@ -97,30 +119,79 @@ def environment(grants: Sequence[GpuGrant], region_path: PurePosixPath) -> dict[
     return envs
 
 
-def device_nodes(grants: Sequence[GpuGrant], minors: Mapping[str, int]) -> list[DeviceNodeSpec]:
-    """``/dev/nvidia<minor>`` per granted GPU plus the driver's control nodes."""
-    nodes = [f"/dev/nvidia{minors.get(grant.uuid, grant.index)}" for grant in grants]
-    return [DeviceNodeSpec(path, path) for path in [*nodes, *CONTROL_DEVICES]]
+def shared_edits(handover: Handover) -> Edits:
+    """What every GPU container on this node gets, whichever GPUs and limits it has."""
+    layout = handover.layout
+    shim = Edits(
+        mounts=[
+            MountSpec(layout.shim_library, layout.shim_library, read_only=True),
+            MountSpec(PRELOAD_PATH, layout.preload_file, read_only=True),
+        ]
+    )
+    return shim + handover.driver.edits()
+
+
+def gpu_edits(handover: Handover, minor: int) -> Edits:
+    """What one GPU adds: its ``/dev/nvidia<minor>`` node."""
+    return Edits(devices=[handover.driver.gpu_node(minor)])
+
+
+def container_edits(
+    handover: Handover, grants: Sequence[GpuGrant], pod_uid: str, container: str
+) -> Edits:
+    """What only this container gets: its limits and its own region directory."""
+    layout = handover.layout
+    cache_dir = layout.container_cache_dir(pod_uid, container)
+    region = MountSpec(
+        str(cache_dir), str(layout.host_cache_dir(pod_uid, container)), read_only=False
+    )
+    envs = {**handover.shim_env, **environment(grants, cache_dir / REGION_FILE)}
+    return Edits(envs=envs, mounts=[region])
 
 
 def delivery(
+    handover: Handover,
     grants: Sequence[GpuGrant],
     pod_uid: str,
     container: str,
-    layout: Layout,
     minors: Mapping[str, int],
-    shim_env: Mapping[str, str] | None = None,
 ) -> Delivery:
-    """Everything the container gets; ``shim_env`` adds node-wide shim settings
-    (``VSLICE_CONTEXT_OVERHEAD``, ``VSLICE_LOG_LEVEL``)."""
-    cache_dir = layout.container_cache_dir(pod_uid, container)
-    mounts = [
-        MountSpec(layout.shim_library, layout.shim_library, True),
-        MountSpec("/etc/ld.so.preload", layout.preload_file, True),
-        MountSpec(str(cache_dir), str(layout.host_cache_dir(pod_uid, container)), False),
+    """The answer for one container, in the handover's mode."""
+    own = container_edits(handover, grants, pod_uid, container)
+    extra = driver_cdi_devices(handover, grants)
+    if handover.injection == "cdi":
+        names = [cdispec.qualified_name(handover.cdi_kind, grant.uuid) for grant in grants]
+        return Delivery(own.envs, own.mounts, own.devices, [*names, *extra])
+    gpus = Edits()
+    for grant in grants:
+        gpus = gpus + gpu_edits(handover, minors.get(grant.uuid, grant.index))
+    # GPU nodes first, then what every container gets; the container's own edits win last.
+    edits = gpus + shared_edits(handover) + own
+    return Delivery(edits.envs, edits.mounts, edits.devices, extra)
+
+
+def driver_cdi_devices(handover: Handover, grants: Sequence[GpuGrant]) -> list[str]:
+    names = [
+        cdispec.fill_template(template, uuid=grant.uuid, index=grant.index)
+        for grant in grants
+        for template in handover.driver_cdi_devices
     ]
-    return Delivery(
-        envs={**(shim_env or {}), **environment(grants, cache_dir / REGION_FILE)},
-        mounts=mounts,
-        devices=device_nodes(grants, minors),
-    )
+    return list(dict.fromkeys(names))
+
+
+def cdi_spec(
+    handover: Handover,
+    node: str,
+    minors: Mapping[str, int],
+    numbers: Mapping[str, cdispec.DeviceNumbers],
+) -> dict[str, Any]:
+    """The node's CDI spec: one device per GPU, the shared edits at spec level.
+
+    ``minors`` maps every GPU of the node to its device minor; ``numbers`` holds the device
+    type and numbers of the host nodes that exist (the runtime reads missing ones itself).
+    """
+    devices = {
+        uuid: gpu_edits(handover, minor)
+        for uuid, minor in sorted(minors.items(), key=lambda item: (item[1], item[0]))
+    }
+    return cdispec.spec_document(handover.cdi_kind, node, shared_edits(handover), devices, numbers)

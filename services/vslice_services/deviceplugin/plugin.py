@@ -1,5 +1,6 @@
 """The device plugin assembled: backend -> device board -> gRPC endpoint, plus the loop that
-keeps the board, the node's inventory annotation and pending delivery records current.
+keeps the board, the node's inventory annotation, its CDI spec file and pending delivery
+records current.
 
 Threads: the endpoint's kubelet link, the refresh loop, and gRPC's workers. Locks, in the only
 order they may nest: none nest. The board, the allocator and the endpoint status each guard
@@ -23,16 +24,54 @@ from vslice_services.deviceplugin.api import deviceplugin_pb2_grpc as pb_grpc
 from vslice_services.deviceplugin.backends import GpuBackend
 from vslice_services.deviceplugin.board import DeviceBoard
 from vslice_services.deviceplugin.cachedirs import CacheSweeper
-from vslice_services.deviceplugin.delivery import Layout, ensure_preload_file
+from vslice_services.deviceplugin.delivery import (
+    Handover,
+    Layout,
+    cdi_spec,
+    ensure_preload_file,
+    gpu_edits,
+    shared_edits,
+)
 from vslice_services.deviceplugin.devices import virtual_devices
+from vslice_services.deviceplugin.driver import Driver
+from vslice_services.deviceplugin.edits import Edits, MountSpec
 from vslice_services.deviceplugin.endpoint import PluginEndpoint
+from vslice_services.deviceplugin.hostfiles import HostFiles, device_numbers
 from vslice_services.deviceplugin.inventory_annotation import InventoryAnnotation
 from vslice_services.deviceplugin.nodeapi import NodeApi
 from vslice_services.deviceplugin.podresources import PodResourcesClient
 from vslice_services.deviceplugin.servicer import DevicePluginServicer
 from vslice_services.deviceplugin.settings import DevicePluginSettings
+from vslice_services.deviceplugin.specfile import SpecFile
 
 log = logging.getLogger("vslice.deviceplugin")
+
+
+def handover_of(settings: DevicePluginSettings) -> Handover:
+    """The settings' description of how this node hands GPUs to containers."""
+    layout = Layout(
+        cache_root=Path(settings.cache_root),
+        container_cache_root=settings.container_cache_root,
+        shim_library=settings.shim_library,
+        preload_file=settings.preload_file,
+    )
+    driver = Driver(
+        libraries=tuple(settings.driver_libraries),
+        container_dir=settings.driver_container_dir,
+        env=dict(settings.driver_env),
+        mounts=tuple(
+            MountSpec(m.container_path, m.host_path, m.read_only) for m in settings.driver_mounts
+        ),
+        dev_dir=settings.host_dev_dir,
+    )
+    return Handover(
+        layout=layout,
+        driver=driver,
+        shim_env=settings.shim_env,
+        injection=settings.injection,
+        cdi_kind=settings.cdi_kind,
+        driver_cdi_devices=tuple(settings.driver_cdi_devices),
+    )
 
 
 class DevicePlugin:
@@ -40,14 +79,13 @@ class DevicePlugin:
         self.settings = settings
         self.backend = backend
         self.board = DeviceBoard(virtual_devices(backend.inventory().gpus))
-        layout = Layout(
-            cache_root=Path(settings.cache_root),
-            container_cache_root=settings.container_cache_root,
-            shim_library=settings.shim_library,
-            preload_file=settings.preload_file,
-        )
-        self.layout = layout
+        self.handover = handover_of(settings)
+        self.layout = self.handover.layout
         self.shim_state = "not checked"
+        self.host_files = HostFiles()
+        self.spec_file = SpecFile(
+            Path(settings.cdi_spec_dir), settings.cdi_kind, settings.node_name
+        )
         self.pod_resources = (
             PodResourcesClient(settings.pod_resources_socket, settings.resource_name)
             if settings.pod_resources_socket
@@ -56,10 +94,9 @@ class DevicePlugin:
         self.allocator = Allocator(
             settings.node_name,
             api,
-            layout,
+            self.handover,
             backend.minors,
             api_wait_s=settings.api_wait_seconds,
-            shim_env=settings.shim_env,
             kubelet_view=self.pod_resources.view if self.pod_resources else lambda: None,
         )
         self.annotation = InventoryAnnotation(
@@ -91,6 +128,10 @@ class DevicePlugin:
         self.shim_state = ensure_preload_file(self.layout)
         if self.shim_state != "ok":
             log.error("shim not ready on this node", extra={"error": self.shim_state})
+        self.spec_file.remove_stale(keep_current=self.handover.injection == "cdi")
+        # Before registering: the kubelet must never hand out a device whose CDI name the
+        # runtime cannot resolve yet.
+        self.sync_node_files()
         # The kubelet link never waits for the API server: the first refresh runs in the loop.
         self.endpoint.start()
         self._refresher.start()
@@ -108,9 +149,27 @@ class DevicePlugin:
         """One pass: backend -> board, inventory annotation, delivery records, stale dirs."""
         inventory = self.backend.inventory()
         self.board.update(virtual_devices(inventory.gpus))
+        self.sync_node_files()
         self.annotation.maybe_write(inventory, time.monotonic())
         self.allocator.retry_deliveries()
         self.sweeper.maybe_sweep(time.monotonic())
+
+    def sync_node_files(self) -> None:
+        """Check the host files GPU containers need; in CDI mode, rewrite the spec on change."""
+        minors = self.backend.minors()
+        node_wide = shared_edits(self.handover)
+        gpus = Edits()
+        for minor in minors.values():
+            gpus = gpus + gpu_edits(self.handover, minor)
+        # The shim's own files are checked (and reported) by ensure_preload_file.
+        shim = {self.layout.shim_library, self.layout.preload_file}
+        needed = [p for p in (gpus + node_wide).host_paths() if p not in shim]
+        self.host_files.check(needed)
+        if self.handover.injection != "cdi":
+            return
+        devices = [d.host_path for d in (gpus + node_wide).devices]
+        document = cdi_spec(self.handover, self.settings.node_name, minors, device_numbers(devices))
+        self.spec_file.update(document if minors else None)
 
     def _refresh_loop(self) -> None:
         while not self._stop.is_set():
@@ -133,5 +192,12 @@ class DevicePlugin:
             "unhealthy_devices": sum(1 for d in devices if not d.healthy),
             "inventory_annotation": self.annotation.state,
             "shim": self.shim_state,
+            "host_files": self.host_files.state,
+            "injection": self.handover.injection,
+            "cdi_spec": (
+                {"path": str(self.spec_file.path), "state": self.spec_file.state}
+                if self.handover.injection == "cdi"
+                else "not used"
+            ),
             "pod_resources": self.pod_resources.state if self.pod_resources else "not used",
         }

@@ -50,6 +50,7 @@ def container_response(found: Delivery) -> pb.ContainerAllocateResponse:
             )
             for d in found.devices
         ],
+        cdi_devices=[pb.CDIDevice(name=name) for name in found.cdi_devices],
     )
 
 

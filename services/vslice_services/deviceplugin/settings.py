@@ -6,15 +6,50 @@ variables over the ``--config`` YAML file over these defaults.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Literal
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
+from vslice_services.deviceplugin import cdispec
 from vslice_services.settings import NodeServiceSettings
 
 # sockaddr_un.sun_path holds 108 bytes including the terminating NUL.
 MAX_SOCKET_PATH = 107
+
+# Variables Allocate sets per container. In CDI mode the spec's variables are applied after
+# the response's, so a driver_env entry of one of these names would override a limit.
+PER_CONTAINER_ENV = ("NVIDIA_VISIBLE_DEVICES", "CUDA_DEVICE_MEMORY_SHARED_CACHE")
+PER_CONTAINER_ENV_PREFIXES = ("CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_SM_LIMIT", "VSLICE_")
+
+
+class DriverMount(BaseModel):
+    """One extra host file or directory every GPU container gets (``driver_mounts``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    host_path: str
+    container_path: str
+    read_only: bool = True
+
+
+def _env_text(value: Any) -> Any:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value) if isinstance(value, int | float) else value
+
+
+def _absolute(name: str, value: str) -> str:
+    if not value.startswith("/"):
+        raise ValueError(f"{name} must be an absolute path, got {value!r}")
+    return value
 
 
 class DevicePluginSettings(NodeServiceSettings):
@@ -73,6 +108,52 @@ class DevicePluginSettings(NodeServiceSettings):
         description="Passed to containers as VSLICE_LOG_LEVEL (off|error|warn|info|debug); "
         "empty: the shim's default.",
     )
+    injection: Literal["cdi", "mounts"] = Field(
+        default="cdi",
+        description="How the node-wide edits reach containers: cdi (a CDI spec file in "
+        "cdi_spec_dir, Allocate names CDI devices) or mounts (everything in the Allocate "
+        "response, for runtimes without CDI).",
+    )
+    cdi_spec_dir: str = Field(
+        default="/var/run/cdi",
+        description="Directory the runtime reads CDI specs from; the plugin writes "
+        "<vendor>-<class>.json there (injection cdi).",
+    )
+    cdi_kind: str = Field(
+        default=cdispec.DEFAULT_KIND,
+        description='CDI kind ("vendor/class") of the spec; devices are <kind>=<gpu uuid>.',
+    )
+    driver_libraries: list[str] = Field(
+        default_factory=list,
+        description="Host paths of driver libraries mounted read-only into every GPU "
+        "container at <driver_container_dir>/<file name> (empty: the NVIDIA container "
+        "toolkit brings the driver).",
+    )
+    driver_container_dir: str = Field(
+        default="/usr/local/nvidia/lib64",
+        description="Container directory of driver_libraries; set as LD_LIBRARY_PATH when "
+        "any are given.",
+    )
+    driver_env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra environment of every GPU container (e.g. the fake driver's "
+        "FAKE_NVIDIA_GPUS).",
+    )
+    driver_mounts: list[DriverMount] = Field(
+        default_factory=list,
+        description="Extra mounts of every GPU container: {host_path, container_path, "
+        "read_only (default true)}.",
+    )
+    host_dev_dir: str = Field(
+        default="/dev",
+        description="Host directory holding nvidia<minor>, nvidiactl, nvidia-uvm and "
+        "nvidia-uvm-tools; they appear under /dev in containers.",
+    )
+    driver_cdi_devices: list[str] = Field(
+        default_factory=list,
+        description='CDI device names added per granted GPU, "{uuid}" and "{index}" filled '
+        'in (e.g. "nvidia.com/gpu={uuid}" where nvidia-ctk wrote a spec).',
+    )
     annotate_every_seconds: float = Field(
         default=60.0,
         gt=0,
@@ -110,6 +191,71 @@ class DevicePluginSettings(NodeServiceSettings):
             )
         return value
 
+    @field_validator("cdi_spec_dir", "driver_container_dir", "host_dev_dir")
+    @classmethod
+    def _absolute_dir(cls, value: str, info: ValidationInfo) -> str:
+        return _absolute(str(info.field_name), value)
+
+    @field_validator("cdi_kind")
+    @classmethod
+    def _cdi_kind(cls, value: str) -> str:
+        problem = cdispec.kind_problem(value)
+        if problem is not None:
+            raise ValueError(f"cdi_kind {problem}, got {value!r}")
+        return value
+
+    @field_validator("driver_libraries")
+    @classmethod
+    def _libraries(cls, value: list[str]) -> list[str]:
+        seen: dict[str, str] = {}
+        for i, path in enumerate(value):
+            _absolute(f"driver_libraries[{i}]", path)
+            name = PurePosixPath(path).name
+            if name in seen:
+                raise ValueError(
+                    f"driver_libraries: {seen[name]!r} and {path!r} would both be mounted as "
+                    f"{name!r}"
+                )
+            seen[name] = path
+        return value
+
+    @field_validator("driver_env", mode="before")
+    @classmethod
+    def _scalar_values(cls, value: Any) -> Any:
+        # YAML reads FAKE_NVIDIA_GPUS: 2 as a number; the environment only holds strings.
+        if isinstance(value, dict):
+            return {key: _env_text(item) for key, item in value.items()}
+        return value
+
+    @field_validator("driver_env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, item in value.items():
+            if not key or "=" in key or "\0" in key or "\0" in item:
+                raise ValueError(f"driver_env: {key!r} is not a usable variable name or value")
+            if key in PER_CONTAINER_ENV or key.startswith(PER_CONTAINER_ENV_PREFIXES):
+                raise ValueError(
+                    f"driver_env must not set {key!r}: Allocate sets it for each container"
+                )
+        return value
+
+    @field_validator("driver_mounts")
+    @classmethod
+    def _mount_paths(cls, value: list[DriverMount]) -> list[DriverMount]:
+        for i, item in enumerate(value):
+            _absolute(f"driver_mounts[{i}].host_path", item.host_path)
+            _absolute(f"driver_mounts[{i}].container_path", item.container_path)
+        return value
+
+    @field_validator("driver_cdi_devices")
+    @classmethod
+    def _cdi_templates(cls, value: list[str]) -> list[str]:
+        for i, template in enumerate(value):
+            problem = cdispec.template_problem(template)
+            if problem is not None:
+                raise ValueError(f"driver_cdi_devices[{i}] {problem}, got {template!r}")
+        return value
+
     @property
     def shim_env(self) -> dict[str, str]:
         env = {
@@ -128,4 +274,24 @@ class DevicePluginSettings(NodeServiceSettings):
                 f"device_plugin_dir/socket_name must be at most {MAX_SOCKET_PATH} characters "
                 f"(a unix socket path), got {str(socket_path)!r}"
             )
+        if self.driver_libraries and "LD_LIBRARY_PATH" in self.driver_env:
+            raise ValueError(
+                "driver_env must not set 'LD_LIBRARY_PATH' when driver_libraries are given: "
+                f"it is set to driver_container_dir ({self.driver_container_dir!r})"
+            )
+        self._distinct_mount_points()
         return self
+
+    def _distinct_mount_points(self) -> None:
+        """Two node-wide mounts on one container path would silently hide one of them."""
+        directory = PurePosixPath(self.driver_container_dir)
+        points = {self.shim_library: "shim_library", "/etc/ld.so.preload": "preload_file"}
+        for i, path in enumerate(self.driver_libraries):
+            points.setdefault(str(directory / PurePosixPath(path).name), f"driver_libraries[{i}]")
+        for i, item in enumerate(self.driver_mounts):
+            owner = points.setdefault(item.container_path, f"driver_mounts[{i}]")
+            if owner != f"driver_mounts[{i}]":
+                raise ValueError(
+                    f"driver_mounts[{i}].container_path {item.container_path!r} is already the "
+                    f"mount point of {owner}"
+                )
