@@ -146,7 +146,8 @@ class DevicePlugin:
             self.pod_resources.close()
 
     def refresh(self) -> None:
-        """One pass: backend -> board, inventory annotation, delivery records, stale dirs."""
+        """One pass: backend -> board, host files and CDI spec, inventory annotation, delivery
+        records, stale dirs."""
         inventory = self.backend.inventory()
         self.board.update(virtual_devices(inventory.gpus))
         self.sync_node_files()
@@ -155,20 +156,20 @@ class DevicePlugin:
         self.sweeper.maybe_sweep(time.monotonic())
 
     def sync_node_files(self) -> None:
-        """Check the host files GPU containers need; in CDI mode, rewrite the spec on change."""
+        """Check the host files GPU containers need; in CDI mode, rewrite the spec on change.
+
+        Runs once in start() before the refresh loop, then only in the loop: the spec file
+        has a single writer."""
         minors = self.backend.minors()
-        node_wide = shared_edits(self.handover)
-        gpus = Edits()
-        for minor in minors.values():
-            gpus = gpus + gpu_edits(self.handover, minor)
+        gpus = [gpu_edits(self.handover, minor) for minor in minors.values()]
+        edits = sum(gpus, Edits()) + shared_edits(self.handover)
         # The shim's own files are checked (and reported) by ensure_preload_file.
         shim = {self.layout.shim_library, self.layout.preload_file}
-        needed = [p for p in (gpus + node_wide).host_paths() if p not in shim]
-        self.host_files.check(needed)
+        self.host_files.check(p for p in edits.host_paths() if p not in shim)
         if self.handover.injection != "cdi":
             return
-        devices = [d.host_path for d in (gpus + node_wide).devices]
-        document = cdi_spec(self.handover, self.settings.node_name, minors, device_numbers(devices))
+        numbers = device_numbers(d.host_path for d in edits.devices)
+        document = cdi_spec(self.handover, self.settings.node_name, minors, numbers)
         self.spec_file.update(document if minors else None)
 
     def _refresh_loop(self) -> None:
