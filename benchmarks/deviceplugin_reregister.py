@@ -88,6 +88,7 @@ def start_plugin(work: Path, plugins: Path) -> subprocess.Popen[bytes]:
                 "cache_root": str(work / "containers"),
                 "shim_library": str(work / "libvslice.so"),
                 "preload_file": str(work / "ld.so.preload"),
+                "cdi_spec_dir": str(work / "cdi"),
                 "kubeconfig": str(work / "no-kubeconfig"),
                 "log_level": "warning",
             }

@@ -396,6 +396,9 @@ def write_configs(
     )
     # No DNS for lab pods: an empty resolver keeps the host's configuration out of them.
     layout.resolv_conf.write_text("options ndots:1\n")
+    # The fake driver's shared state, bind-mounted into every GPU container: it must exist.
+    layout.fake_state.touch()
+    layout.fake_state.chmod(0o666)
 
 
 def device_plugin_settings(

@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hostprint import HostPrint, fingerprint
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
-from hostprint import HostPrint, fingerprint
 from recording_extender import RecordingExtender
 from vslice_kube.client import api_client
 from vslice_lab import lab as lab_module
@@ -259,3 +259,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             if lines:
                 report.sections.append((f"lab log: {log.stem}", "\n".join(lines)))
     return report
+
+
+@pytest.fixture
+def real_node(services: LabHandle, namespace: str) -> Iterator[Any]:
+    """The lab's real node (see the module docstring); the test's pods are deleted, and waited
+    for, afterwards, so their slots are free for the next test."""
+    from realnode_pods import real_node_of
+
+    node = real_node_of(services)
+    yield node
+    node.delete_all(namespace)

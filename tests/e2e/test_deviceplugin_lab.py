@@ -41,6 +41,7 @@ def plugin(lab: LabHandle, tmp_path: Path) -> Iterator[tuple[DevicePlugin, Path]
         cache_root=str(tmp_path / "containers"),
         shim_library=str(tmp_path / "libvslice.so"),
         preload_file=str(tmp_path / "ld.so.preload"),
+        cdi_spec_dir=str(tmp_path / "cdi"),
         kubeconfig=str(lab.kubeconfig),
     )
     kubelet = Kubelet(directory)

@@ -1,0 +1,100 @@
+"""What a real lab node is configured with, checked without starting it."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+from vslice_lab import hostchanges, nodeconfig
+from vslice_lab.binaries import NodeBinaries
+from vslice_lab.inventory import load_inventory
+from vslice_lab.pki import KeyPair
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _binaries(tmp_path: Path) -> NodeBinaries:
+    return NodeBinaries(
+        kubelet=tmp_path / "kubelet",
+        containerd=tmp_path / "containerd",
+        containerd_shim=tmp_path / "containerd-shim-runc-v2",
+        ctr=tmp_path / "ctr",
+        runc=Path("/usr/sbin/runc"),
+        cni_bin_dir=Path("/usr/lib/cni"),
+    )
+
+
+def _outside(value: object, root: Path) -> list[str]:
+    """Absolute paths in a configuration that are not below ``root`` (or the binaries')."""
+    found: list[str] = []
+    if isinstance(value, dict):
+        for item in value.values():
+            found += _outside(item, root)
+    elif isinstance(value, list):
+        for item in value:
+            found += _outside(item, root)
+    elif (
+        isinstance(value, str)
+        and value.startswith("/")
+        and not value.startswith((str(root), "/usr/"))
+    ):
+        found.append(value)
+    return found
+
+
+def test_containerd_keeps_every_path_below_the_node_directory(tmp_path: Path) -> None:
+    layout = nodeconfig.NodeLayout(tmp_path / "nodes" / "n1")
+    config = tomllib.loads(nodeconfig.containerd_config(layout, _binaries(tmp_path), "x/pause:1"))
+    assert config["version"] == 4 and config["imports"] == []
+    assert _outside(config, tmp_path) == []
+    runtime = config["plugins"]["io.containerd.cri.v1.runtime"]
+    assert runtime["restrict_oom_score_adj"] is True
+    assert runtime["netns_mounts_under_state_dir"] is True
+    assert runtime["cdi_spec_dirs"] == [str(layout.cdi_dir)]
+    assert config["plugins"]["io.containerd.nri.v1.nri"]["disable"] is True
+    images = config["plugins"]["io.containerd.cri.v1.images"]
+    assert images["pinned_images"]["sandbox"] == "x/pause:1"
+
+
+def test_the_kubelet_listens_on_loopback_and_authenticates_every_caller(tmp_path: Path) -> None:
+    layout = nodeconfig.NodeLayout(tmp_path / "n1")
+    ports = nodeconfig.NodePorts(10250, 10248, 9400, 9401)
+    pair = KeyPair(tmp_path / "s.crt", tmp_path / "s.key")
+    config = nodeconfig.kubelet_config(layout, ports, tmp_path / "ca.crt", pair)
+    assert config["address"] == config["healthzBindAddress"] == "127.0.0.1"
+    assert config["readOnlyPort"] == 0
+    assert config["authentication"]["anonymous"] == {"enabled": False}
+    assert config["authorization"] == {"mode": "Webhook"}
+    assert config["cgroupDriver"] == "cgroupfs" and config["failCgroupV1"] is False
+    assert config["podLogsDir"] == str(layout.pod_logs)
+    assert _outside(config, tmp_path) == []
+
+
+def test_the_pod_network_stays_on_this_host(tmp_path: Path) -> None:
+    network = nodeconfig.cni_config(nodeconfig.NodeLayout(tmp_path))
+    bridge = network["plugins"][0]
+    assert bridge["type"] == "bridge" and len(bridge["bridge"]) <= 15  # IFNAMSIZ
+    assert bridge["isGateway"] is False and bridge["ipMasq"] is False
+    assert bridge["ipam"]["dataDir"].startswith(str(tmp_path))
+    json.dumps(network)
+
+
+def test_the_fake_driver_gets_the_inventory_gpus_in_index_order() -> None:
+    node = next(n for n in load_inventory(REPO / "inventory/lab/cluster.yaml") if n.real)
+    text = nodeconfig.fake_gpus(node.inventory)
+    entries = [entry.split(",") for entry in text.split(";")]
+    assert [uuid for uuid, _, _ in entries] == [g.uuid for g in node.inventory.gpus]
+    assert {model for _, model, _ in entries} == {"NVIDIA-L4"}
+    assert {size for _, _, size in entries} == {"23034m"}
+
+
+def test_mount_points_with_blanks_are_read_back_from_mountinfo() -> None:
+    assert hostchanges._unescape("/a\\040b\\011c") == "/a b\tc"
+
+
+def test_a_snapshot_round_trips_through_the_lab_record() -> None:
+    snap = hostchanges.snapshot(["vslice-lab0"])
+    again = hostchanges.HostSnapshot.from_json(json.loads(json.dumps(snap.to_json())))
+    assert again == snap
+    assert set(snap.sysctls) <= set(hostchanges.SYSCTLS)
