@@ -2,11 +2,14 @@
  * A fake CUDA driver (libcuda.so.1) for tests: the subset of the driver API vslice and its
  * tests use, with the driver's semantics where tests can observe them: cuInit first, a current
  * context per thread, CUDA_VISIBLE_DEVICES (indices or UUIDs), device memory backed by host
- * memory with the device's capacity enforced, VMM granularity, asynchronous kernels on a
- * simulated device timeline, events timed by that timeline, cuGetProcAddress by version.
+ * memory with the device's capacity enforced, memory pools, pinned host memory (not device
+ * memory), VMM granularity, asynchronous kernels on a simulated device timeline, events timed
+ * by that timeline, cuGetProcAddress by version.
  *
- * Settings: FAKE_CUDA_DEVICE_COUNT (1), FAKE_CUDA_TOTAL_MEM (16g), FAKE_CUDA_CONTEXT_MEM (0),
- * FAKE_CUDA_KERNEL_NS (100000; a function named "fake_kernel_<us>" runs <us> microseconds),
+ * Settings: FAKE_NVIDIA_GPUS and NVIDIA_VISIBLE_DEVICES (the node's GPUs and the container's,
+ * see device.h), or FAKE_CUDA_DEVICE_COUNT (1) and FAKE_CUDA_TOTAL_MEM (16g);
+ * FAKE_CUDA_CONTEXT_MEM (0), FAKE_CUDA_KERNEL_NS (100000; a function named "fake_kernel_<us>"
+ * runs <us> microseconds, the PTX "spin" kernel its cycles argument at the reported clock),
  * FAKE_CUDA_STATE (file shared by processes; private memory when unset).
  */
 #include <pthread.h>
@@ -18,9 +21,11 @@
 
 #include "device.h"
 #include "vslice/cuda_abi.h"
+#include "vslice/gpu_uuid.h"
 
 #define GRANULARITY (2ull << 20)
 #define QUEUE_LIMIT_NS 1000000000ull /* a launch blocks while the queue is this far ahead */
+#define CLOCK_KHZ 1000000             /* CU_DEVICE_ATTRIBUTE_CLOCK_RATE: 1 GHz, 1 cycle = 1 ns */
 
 struct CUctx_st {
     int ordinal;
@@ -39,6 +44,7 @@ struct CUmod_st {
 };
 struct CUfunc_st {
     uint64_t duration_ns;
+    int spin; /* the PTX spin(cycles) kernel: runs its argument's cycles */
 };
 struct CUarray_st {
     uint64_t bytes;
@@ -48,26 +54,38 @@ struct CUmipmappedArray_st {
     uint64_t bytes;
     int physical;
 };
+/* A memory pool. Freed memory stays reserved in the pool up to its release threshold (the
+   fake trims at the free, a real driver at the next synchronisation). */
 struct CUmemPoolHandle_st {
     int ordinal;
+    int created;   /* by cuMemPoolCreate (the default pool is not) */
+    int destroyed; /* by cuMemPoolDestroy with allocations outstanding */
+    uint64_t max_size, threshold;
+    uint64_t used, used_high, reserved, reserved_high;
+    int reuse_off[3]; /* CU_MEMPOOL_ATTR_REUSE_*: every policy is on until switched off */
 };
 
 static int initialized;
 static int visible[FAKE_MAX_DEVICES]; /* ordinal -> physical index */
+static const struct fake_gpu *visible_gpu[FAKE_MAX_DEVICES];
 static int visible_count;
 static struct CUctx_st primary[FAKE_MAX_DEVICES];
-static struct CUmemPoolHandle_st pools[FAKE_MAX_DEVICES];
+static struct CUmemPoolHandle_st pools[FAKE_MAX_DEVICES]; /* default pool per ordinal */
+static CUmemoryPool current_pool[FAKE_MAX_DEVICES];
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static __thread CUcontext current;
 static uint64_t kernel_ns = 100000, context_bytes;
 
-/* ---- allocations: device pointer or VMM handle -> (bytes, device, host backing) ---- */
+/* ---- allocations: device pointer, VMM handle or pinned host memory -> (bytes, device, backing) */
+enum { DEVICE_PTR = 0, VMM_HANDLE = 1, HOST_PTR = 2 };
 struct allocation {
     uint64_t key;
     uint64_t bytes;
     int physical;
-    int vmm;
+    int kind; /* DEVICE_PTR, VMM_HANDLE or HOST_PTR */
     void *host;
+    CUmemoryPool pool; /* the pool it came from, or NULL */
     struct allocation *next;
 };
 enum { BUCKETS = 4096 };
@@ -77,20 +95,21 @@ static uint64_t next_handle = 1;
 
 static unsigned bucket(uint64_t key) { return (unsigned)((key * 0x9E3779B97F4A7C15ull) >> 52); }
 
-static void remember(uint64_t key, uint64_t bytes, int physical, int vmm, void *host) {
+static void remember(uint64_t key, uint64_t bytes, int physical, int kind, void *host,
+                     CUmemoryPool pool) {
     struct allocation *a = malloc(sizeof *a);
-    *a = (struct allocation){key, bytes, physical, vmm, host, NULL};
+    *a = (struct allocation){key, bytes, physical, kind, host, pool, NULL};
     pthread_mutex_lock(&alloc_lock);
     a->next = buckets[bucket(key)];
     buckets[bucket(key)] = a;
     pthread_mutex_unlock(&alloc_lock);
 }
 
-static struct allocation *forget(uint64_t key, int vmm) {
+static struct allocation *forget(uint64_t key, int kind) {
     pthread_mutex_lock(&alloc_lock);
     struct allocation *found = NULL;
     for (struct allocation **p = &buckets[bucket(key)]; *p != NULL; p = &(*p)->next) {
-        if ((*p)->key == key && (*p)->vmm == vmm) {
+        if ((*p)->key == key && (*p)->kind == kind) {
             found = *p;
             *p = found->next;
             break;
@@ -115,49 +134,40 @@ static void free_host(void *p, uint64_t bytes) {
 }
 
 /* ---- initialisation and devices ---- */
+/* A CUDA_VISIBLE_DEVICES entry: an index among the container's GPUs or a UUID prefix. */
 static int parse_visible_entry(const char *item, int count, uint8_t seen[]) {
     char *end = NULL;
     long n = strtol(item, &end, 10);
     if (end != item && *end == '\0') return (n >= 0 && n < count && !seen[n]) ? (int)n : -1;
-    for (int i = 0; i < count; i++) {
-        uint8_t u[16];
-        char text[64];
-        fake_uuid(i, u);
-        snprintf(text, sizeof text,
-                 "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
-                 u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
-                 u[14], u[15]);
-        if (strlen(item) >= 8 && strncmp(text, item, strlen(item)) == 0 && !seen[i]) return i;
-    }
+    for (int i = 0; i < count; i++)
+        if (strlen(item) >= 8 && strncmp(fake_gpu(i)->uuid, item, strlen(item)) == 0 && !seen[i])
+            return i;
     return -1;
 }
 
 /* Like the driver: the list stops at the first entry that is not a valid device. */
 static void read_visible(int count) {
     const char *env = getenv("CUDA_VISIBLE_DEVICES");
-    visible_count = 0;
-    if (env == NULL) {
-        for (int i = 0; i < count; i++) visible[visible_count++] = i;
-        return;
-    }
-    char list[512];
     uint8_t seen[FAKE_MAX_DEVICES] = {0};
-    snprintf(list, sizeof list, "%s", env);
-    for (char *save = NULL, *item = strtok_r(list, ",", &save); item != NULL;
+    char list[512];
+    snprintf(list, sizeof list, "%s", env != NULL ? env : "");
+    visible_count = 0;
+    for (char *save = NULL, *item = strtok_r(list, ",", &save); env != NULL && item != NULL;
          item = strtok_r(NULL, ",", &save)) {
-        int physical = parse_visible_entry(item, count, seen);
-        if (physical < 0) break;
-        seen[physical] = 1;
-        visible[visible_count++] = physical;
+        int index = parse_visible_entry(item, count, seen);
+        if (index < 0) break;
+        seen[index] = 1;
+        visible_gpu[visible_count++] = fake_gpu(index);
     }
+    for (int i = 0; env == NULL && i < count; i++) visible_gpu[visible_count++] = fake_gpu(i);
+    for (int i = 0; i < visible_count; i++) visible[i] = visible_gpu[i]->physical;
 }
 
 CUresult cuInit(unsigned int Flags) {
     if (Flags != 0) return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
     if (!initialized) {
-        struct fake_state *s = fake_state();
-        read_visible((int)s->device_count);
+        read_visible(fake_gpu_count());
         const char *k = getenv("FAKE_CUDA_KERNEL_NS");
         if (k != NULL) kernel_ns = strtoull(k, NULL, 10);
         const char *c = getenv("FAKE_CUDA_CONTEXT_MEM");
@@ -165,11 +175,12 @@ CUresult cuInit(unsigned int Flags) {
         for (int i = 0; i < visible_count; i++) {
             primary[i] = (struct CUctx_st){i, visible[i], 1, 0};
             pools[i].ordinal = i;
+            current_pool[i] = &pools[i];
         }
         initialized = 1;
     }
     pthread_mutex_unlock(&lock);
-    return CUDA_SUCCESS;
+    return visible_count > 0 ? CUDA_SUCCESS : CUDA_ERROR_NO_DEVICE; /* like the driver */
 }
 
 #define NEED_INIT                                                                                  \
@@ -206,24 +217,93 @@ CUresult cuDeviceGet(CUdevice *device, int ordinal) {
 CUresult cuDeviceGetName(char *name, int len, CUdevice dev) {
     NEED_DEVICE(dev);
     if (name == NULL || len <= 0) return CUDA_ERROR_INVALID_VALUE;
-    snprintf(name, (size_t)len, "Fake NVIDIA GPU %d", visible[dev]);
+    snprintf(name, (size_t)len, "%s", visible_gpu[dev]->model);
     return CUDA_SUCCESS;
 }
 
+/* What a CUDA 12 runtime, PyTorch and other interposers ask for, with an H100's values (132
+   SMs, compute capability 9.0) but a 1 GHz clock so that spin cycles are nanoseconds. Other
+   attributes the driver knows answer 0 (not supported), as for a feature the card lacks. */
+static const struct {
+    int attrib, value;
+} attributes[] = {
+    {CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, 1024},
+    {CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X, 1024},
+    {CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y, 1024},
+    {CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z, 64},
+    {CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, 2147483647},
+    {CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y, 65535},
+    {CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z, 65535},
+    {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK, 49152},
+    {CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY, 65536},
+    {CU_DEVICE_ATTRIBUTE_WARP_SIZE, 32},
+    {CU_DEVICE_ATTRIBUTE_MAX_PITCH, 2147483647},
+    {CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK, 65536},
+    {CU_DEVICE_ATTRIBUTE_CLOCK_RATE, CLOCK_KHZ},
+    {CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT, 512},
+    {CU_DEVICE_ATTRIBUTE_GPU_OVERLAP, 1},
+    {CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 132},
+    {CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY, 1},
+    {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_WIDTH, 131072},
+    {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_WIDTH, 131072},
+    {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_HEIGHT, 65536},
+    {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_WIDTH, 16384},
+    {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_HEIGHT, 16384},
+    {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_DEPTH, 16384},
+    {CU_DEVICE_ATTRIBUTE_SURFACE_ALIGNMENT, 512},
+    {CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS, 1},
+    {CU_DEVICE_ATTRIBUTE_ECC_ENABLED, 1},
+    {CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE, 2619000},
+    {CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH, 5120},
+    {CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, 52428800},
+    {CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, 2048},
+    {CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT, 3},
+    {CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, 1},
+    {CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT, 32},
+    {CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 9},
+    {CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, 0},
+    {CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED, 1},
+    {CU_DEVICE_ATTRIBUTE_GLOBAL_L1_CACHE_SUPPORTED, 1},
+    {CU_DEVICE_ATTRIBUTE_LOCAL_L1_CACHE_SUPPORTED, 1},
+    {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, 233472},
+    {CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR, 65536},
+    {CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, 1},
+    {CU_DEVICE_ATTRIBUTE_SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO, 2},
+    {CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, 1},
+    {CU_DEVICE_ATTRIBUTE_COMPUTE_PREEMPTION_SUPPORTED, 1},
+    {CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH, 1},
+    {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, 232448},
+    {CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED, 1},
+    {CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 1},
+    {CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, 1},
+    {CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR, 32},
+    {CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE, 32505856},
+    {CU_DEVICE_ATTRIBUTE_MAX_ACCESS_POLICY_WINDOW_SIZE, 134213632},
+    {CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK, 1024},
+    {CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, 1},
+    {CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES, 1},
+    {CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH, 1},
+};
+
 CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev) {
     NEED_DEVICE(dev);
-    if (pi == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (pi == NULL || (int)attrib < 1 || (int)attrib > CU_DEVICE_ATTRIBUTE_HOST_NUMA_MULTINODE_IPC_SUPPORTED)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pi = 0;
     switch ((int)attrib) {
-    case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: *pi = 1000000; return CUDA_SUCCESS; /* kHz */
-    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *pi = 132; return CUDA_SUCCESS;
-    default: return CUDA_ERROR_INVALID_VALUE;
+    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: *pi = 0x18 + visible[dev]; return CUDA_SUCCESS;
+    case CU_DEVICE_ATTRIBUTE_NUMA_ID: *pi = -1; return CUDA_SUCCESS;
+    case CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID: *pi = 0; return CUDA_SUCCESS;
     }
+    for (size_t i = 0; i < sizeof attributes / sizeof attributes[0]; i++)
+        if (attributes[i].attrib == (int)attrib) *pi = attributes[i].value;
+    return CUDA_SUCCESS;
 }
 
 CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev) {
     NEED_DEVICE(dev);
     if (uuid == NULL) return CUDA_ERROR_INVALID_VALUE;
-    fake_uuid(visible[dev], (uint8_t *)uuid->bytes);
+    memcpy(uuid->bytes, visible_gpu[dev]->bytes, 16);
     return CUDA_SUCCESS;
 }
 
@@ -343,14 +423,64 @@ static CUresult allocate(CUdeviceptr *dptr, uint64_t bytes, int physical) {
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     *dptr = (CUdeviceptr)(uintptr_t)host;
-    remember(*dptr, bytes, physical, 0, host);
+    remember(*dptr, bytes, physical, DEVICE_PTR, host, NULL);
     return CUDA_SUCCESS;
 }
 
+static void pool_give_back(CUmemoryPool pool, uint64_t bytes);
+
+/* From a pool: reserved memory the pool holds is used first, the rest is taken from the card. */
+static CUresult pool_allocate(CUdeviceptr *dptr, uint64_t bytes, CUmemoryPool pool) {
+    if (dptr == NULL || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+    int physical = visible[pool->ordinal];
+    pthread_mutex_lock(&pool_lock);
+    uint64_t cached = pool->reserved - pool->used;
+    uint64_t take = bytes > cached ? bytes - cached : 0;
+    CUresult r = CUDA_SUCCESS;
+    if (pool->destroyed || (pool->max_size != 0 && pool->reserved + take > pool->max_size))
+        r = pool->destroyed ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_OUT_OF_MEMORY;
+    else if (take != 0 && fake_reserve_memory(physical, take) != 0)
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    if (r == CUDA_SUCCESS) {
+        pool->used += bytes;
+        pool->reserved += take;
+        if (pool->used > pool->used_high) pool->used_high = pool->used;
+        if (pool->reserved > pool->reserved_high) pool->reserved_high = pool->reserved;
+    }
+    pthread_mutex_unlock(&pool_lock);
+    if (r != CUDA_SUCCESS) return r;
+    void *host = host_memory(bytes);
+    if (host == NULL) {
+        pool_give_back(pool, bytes);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *dptr = (CUdeviceptr)(uintptr_t)host;
+    remember(*dptr, bytes, physical, DEVICE_PTR, host, pool);
+    return CUDA_SUCCESS;
+}
+
+/* Freed pool memory stays reserved up to the release threshold; the rest goes back to the card.
+   A destroyed pool goes away with its last allocation. */
+static void pool_give_back(CUmemoryPool pool, uint64_t bytes) {
+    int physical = visible[pool->ordinal];
+    pthread_mutex_lock(&pool_lock);
+    pool->used -= bytes;
+    uint64_t keep = pool->destroyed ? 0 : pool->threshold;
+    uint64_t excess = pool->reserved - pool->used > keep ? pool->reserved - pool->used - keep : 0;
+    pool->reserved -= excess;
+    int gone = pool->destroyed && pool->used == 0;
+    pthread_mutex_unlock(&pool_lock);
+    if (excess != 0) fake_release_memory(physical, excess);
+    if (gone) free(pool);
+}
+
 static CUresult release(CUdeviceptr dptr) {
-    struct allocation *a = forget(dptr, 0);
+    struct allocation *a = forget(dptr, DEVICE_PTR);
     if (a == NULL) return CUDA_ERROR_INVALID_VALUE;
-    fake_release_memory(a->physical, a->bytes);
+    if (a->pool != NULL)
+        pool_give_back(a->pool, a->bytes);
+    else
+        fake_release_memory(a->physical, a->bytes);
     free_host(a->host, a->bytes);
     free(a);
     return CUDA_SUCCESS;
@@ -378,10 +508,11 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInByt
     return r;
 }
 
+/* From the current pool of the context's device (cuDeviceSetMemPool). */
 CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
     (void)hStream;
     NEED_CTX;
-    return allocate(dptr, bytesize, current->physical);
+    return pool_allocate(dptr, bytesize, current_pool[current->ordinal]);
 }
 
 CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
@@ -393,7 +524,7 @@ CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPoo
     (void)hStream;
     NEED_CTX;
     if (pool == NULL) return CUDA_ERROR_INVALID_VALUE;
-    return allocate(dptr, bytesize, visible[pool->ordinal]);
+    return pool_allocate(dptr, bytesize, pool);
 }
 
 CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
@@ -405,6 +536,140 @@ CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev) {
     NEED_DEVICE(dev);
     if (pool_out == NULL) return CUDA_ERROR_INVALID_VALUE;
     *pool_out = &pools[dev];
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev) {
+    NEED_DEVICE(dev);
+    if (pool == NULL) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&pool_lock);
+    *pool = current_pool[dev];
+    pthread_mutex_unlock(&pool_lock);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool) {
+    NEED_DEVICE(dev);
+    if (pool == NULL || pool->ordinal != dev || pool->destroyed) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&pool_lock);
+    current_pool[dev] = pool;
+    pthread_mutex_unlock(&pool_lock);
+    return CUDA_SUCCESS;
+}
+
+/* Device pools only: pinned memory on one of the visible devices. */
+CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps) {
+    NEED_INIT;
+    if (pool == NULL || poolProps == NULL || poolProps->allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
+        poolProps->location.type != CU_MEM_LOCATION_TYPE_DEVICE || poolProps->location.id < 0 ||
+        poolProps->location.id >= visible_count)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUmemoryPool p = calloc(1, sizeof *p);
+    p->ordinal = poolProps->location.id;
+    p->created = 1;
+    p->max_size = poolProps->maxSize;
+    *pool = p;
+    return CUDA_SUCCESS;
+}
+
+/* Like the driver: outstanding allocations keep a destroyed pool's memory until they are freed;
+   a device whose current pool it was falls back to its default pool. */
+CUresult cuMemPoolDestroy(CUmemoryPool pool) {
+    NEED_INIT;
+    if (pool == NULL || !pool->created || pool->destroyed) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&pool_lock);
+    if (current_pool[pool->ordinal] == pool) current_pool[pool->ordinal] = &pools[pool->ordinal];
+    pool->destroyed = 1;
+    uint64_t cached = pool->reserved - pool->used;
+    pool->reserved = pool->used;
+    int gone = pool->used == 0;
+    pthread_mutex_unlock(&pool_lock);
+    if (cached != 0) fake_release_memory(visible[pool->ordinal], cached);
+    if (gone) free(pool);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value) {
+    NEED_INIT;
+    if (pool == NULL || value == NULL) return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = CUDA_SUCCESS;
+    pthread_mutex_lock(&pool_lock);
+    switch ((int)attr) {
+    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+        *(int *)value = !pool->reuse_off[(int)attr - CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES];
+        break;
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: *(cuuint64_t *)value = pool->threshold; break;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: *(cuuint64_t *)value = pool->reserved; break;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: *(cuuint64_t *)value = pool->reserved_high; break;
+    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT: *(cuuint64_t *)value = pool->used; break;
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH: *(cuuint64_t *)value = pool->used_high; break;
+    default: r = CUDA_ERROR_INVALID_VALUE;
+    }
+    pthread_mutex_unlock(&pool_lock);
+    return r;
+}
+
+/* The reuse policies, the release threshold, and resetting the high-water marks (value 0). */
+CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value) {
+    NEED_INIT;
+    if (pool == NULL || value == NULL) return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = CUDA_SUCCESS;
+    uint64_t excess = 0;
+    pthread_mutex_lock(&pool_lock);
+    switch ((int)attr) {
+    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+        pool->reuse_off[(int)attr - CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES] = !*(int *)value;
+        break;
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+        pool->threshold = *(cuuint64_t *)value;
+        if (pool->reserved - pool->used > pool->threshold)
+            excess = pool->reserved - pool->used - pool->threshold;
+        pool->reserved -= excess;
+        break;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+        if (*(cuuint64_t *)value != 0) {
+            r = CUDA_ERROR_INVALID_VALUE;
+        } else if ((int)attr == CU_MEMPOOL_ATTR_USED_MEM_HIGH) {
+            pool->used_high = pool->used;
+        } else {
+            pool->reserved_high = pool->reserved;
+        }
+        break;
+    default: r = CUDA_ERROR_INVALID_VALUE;
+    }
+    pthread_mutex_unlock(&pool_lock);
+    if (excess != 0) fake_release_memory(visible[pool->ordinal], excess);
+    return r;
+}
+
+/* ---- pinned host memory: host memory, never charged to a device ---- */
+CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags) {
+    NEED_CTX;
+    if (pp == NULL || bytesize == 0 ||
+        (Flags & ~(unsigned)(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP |
+                             CU_MEMHOSTALLOC_WRITECOMBINED)) != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    void *host = host_memory(bytesize);
+    if (host == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
+    remember((uint64_t)(uintptr_t)host, bytesize, -1, HOST_PTR, host, NULL);
+    *pp = host;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemAllocHost_v2(void **pp, size_t bytesize) { return cuMemHostAlloc(pp, bytesize, 0); }
+
+CUresult cuMemFreeHost(void *p) {
+    NEED_INIT;
+    if (p == NULL) return CUDA_SUCCESS;
+    struct allocation *a = forget((uint64_t)(uintptr_t)p, HOST_PTR);
+    if (a == NULL) return CUDA_ERROR_INVALID_VALUE;
+    free_host(a->host, a->bytes);
+    free(a);
     return CUDA_SUCCESS;
 }
 
@@ -460,14 +725,14 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
     int physical = visible[prop->location.id];
     if (fake_reserve_memory(physical, size) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
     uint64_t key = __atomic_fetch_add(&next_handle, 1, __ATOMIC_RELAXED);
-    remember(key, size, physical, 1, NULL);
+    remember(key, size, physical, VMM_HANDLE, NULL, NULL);
     *handle = key;
     return CUDA_SUCCESS;
 }
 
 CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
     NEED_INIT;
-    struct allocation *a = forget(handle, 1);
+    struct allocation *a = forget(handle, VMM_HANDLE);
     if (a == NULL) return CUDA_ERROR_INVALID_VALUE;
     fake_release_memory(a->physical, a->bytes);
     free(a);
@@ -498,10 +763,10 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
     NEED_INIT;
     if (ptr == 0 || size == 0 || offset != 0 || flags != 0 || size % GRANULARITY != 0)
         return CUDA_ERROR_INVALID_VALUE;
-    struct allocation *a = forget(handle, 1);
+    struct allocation *a = forget(handle, VMM_HANDLE);
     if (a == NULL) return CUDA_ERROR_INVALID_HANDLE;
     CUresult r = size <= a->bytes ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
-    remember(a->key, a->bytes, a->physical, 1, NULL);
+    remember(a->key, a->bytes, a->physical, VMM_HANDLE, NULL, NULL);
     free(a);
     return r;
 }
@@ -614,6 +879,7 @@ CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
     if (hfunc == NULL || hmod == NULL || name == NULL) return CUDA_ERROR_INVALID_VALUE;
     CUfunction f = malloc(sizeof *f);
     f->duration_ns = kernel_ns;
+    f->spin = strcmp(name, "spin") == 0;
     if (strncmp(name, "fake_kernel_", 12) == 0) f->duration_ns = strtoull(name + 12, NULL, 10) * 1000;
     *hfunc = f;
     return CUDA_SUCCESS;
@@ -698,7 +964,7 @@ CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd) 
 
 /* The kernel runs on the device timeline after the work already queued; the call returns at
    once (launches are asynchronous) unless the queue is a second ahead. */
-static CUresult enqueue(int physical, uint64_t duration) {
+static CUresult enqueue(int physical, uint64_t duration, uint64_t *started) {
     struct fake_device_state *d = &fake_state()->dev[physical];
     uint64_t now = fake_now_ns(), start, end;
     uint64_t old = __atomic_load_n(&d->free_at, __ATOMIC_ACQUIRE);
@@ -710,25 +976,32 @@ static CUresult enqueue(int physical, uint64_t duration) {
     uint64_t slot = __atomic_fetch_add(&d->head, 1, __ATOMIC_ACQ_REL) % FAKE_RING;
     d->ring[slot].start_ns = start;
     d->ring[slot].end_ns = end;
+    if (started != NULL) *started = start;
     if (start > now + QUEUE_LIMIT_NS) sleep_until(start - QUEUE_LIMIT_NS);
     return CUDA_SUCCESS;
 }
 
+/* How long a kernel runs: spin(cycles) its cycles at the reported clock, others their name's. */
+static uint64_t duration(CUfunction f, void **params) {
+    if (!f->spin || params == NULL || params[0] == NULL) return f->duration_ns;
+    return *(const unsigned long long *)params[0] * 1000000ull / CLOCK_KHZ;
+}
+
 static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                       unsigned by, unsigned bz, CUstream stream) {
+                       unsigned by, unsigned bz, CUstream stream, void **params) {
     NEED_CTX;
     if (f == NULL) return CUDA_ERROR_INVALID_HANDLE;
     if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0 ||
         (uint64_t)bx * by * bz > 1024)
         return CUDA_ERROR_INVALID_VALUE;
-    return enqueue(stream_device(stream), f->duration_ns);
+    return enqueue(stream_device(stream), duration(f, params), NULL);
 }
 
 CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
                         unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared,
                         CUstream stream, void **params, void **extra) {
-    (void)shared, (void)params, (void)extra;
-    return launch(f, gx, gy, gz, bx, by, bz, stream);
+    (void)shared, (void)extra;
+    return launch(f, gx, gy, gz, bx, by, bz, stream, params);
 }
 
 CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
@@ -738,10 +1011,10 @@ CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, uns
 }
 
 CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params, void **extra) {
-    (void)params, (void)extra;
+    (void)extra;
     if (c == NULL) return CUDA_ERROR_INVALID_VALUE;
     return launch(f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY,
-                  c->blockDimZ, c->hStream);
+                  c->blockDimZ, c->hStream, params);
 }
 
 CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **params, void **extra) {
@@ -761,13 +1034,22 @@ CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx, unsigned 
     return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, stream, params, NULL);
 }
 
-/* ---- graphs: a graph of kernel nodes runs as one piece of device work ---- */
+/* ---- graphs: kernel and event-record nodes, run in the order they were added, as one piece
+   of device work; an event node records the moment the work before it is done ---- */
+#define GRAPH_EVENTS 16
+struct graph_mark {
+    uint64_t offset_ns; /* from the start of the graph's work */
+    CUevent event;
+};
 struct CUgraph_st {
     uint64_t duration_ns;
-    int nodes;
+    int nodes, marks;
+    struct graph_mark mark[GRAPH_EVENTS];
 };
 struct CUgraphExec_st {
     uint64_t duration_ns;
+    int marks;
+    struct graph_mark mark[GRAPH_EVENTS];
 };
 
 CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags) {
@@ -784,7 +1066,20 @@ CUresult cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph,
     if (phGraphNode == NULL || hGraph == NULL || p == NULL || p->func == NULL ||
         (numDependencies != 0 && dependencies == NULL) || p->gridDimX == 0 || p->blockDimX == 0)
         return CUDA_ERROR_INVALID_VALUE;
-    hGraph->duration_ns += p->func->duration_ns; /* the fake runs nodes one after another */
+    hGraph->duration_ns += duration(p->func, p->kernelParams); /* nodes run one after another */
+    *phGraphNode = (CUgraphNode)(uintptr_t)(++hGraph->nodes);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphAddEventRecordNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                   const CUgraphNode *dependencies, size_t numDependencies,
+                                   CUevent event) {
+    NEED_INIT;
+    if (phGraphNode == NULL || hGraph == NULL || event == NULL ||
+        (numDependencies != 0 && dependencies == NULL))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (hGraph->marks == GRAPH_EVENTS) return CUDA_ERROR_NOT_SUPPORTED;
+    hGraph->mark[hGraph->marks++] = (struct graph_mark){hGraph->duration_ns, event};
     *phGraphNode = (CUgraphNode)(uintptr_t)(++hGraph->nodes);
     return CUDA_SUCCESS;
 }
@@ -796,13 +1091,19 @@ CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
     if (phGraphExec == NULL || hGraph == NULL) return CUDA_ERROR_INVALID_VALUE;
     *phGraphExec = malloc(sizeof **phGraphExec);
     (*phGraphExec)->duration_ns = hGraph->duration_ns;
+    (*phGraphExec)->marks = hGraph->marks;
+    memcpy((*phGraphExec)->mark, hGraph->mark, sizeof hGraph->mark);
     return CUDA_SUCCESS;
 }
 
 CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
     NEED_CTX;
     if (hGraphExec == NULL) return CUDA_ERROR_INVALID_VALUE;
-    return enqueue(stream_device(hStream), hGraphExec->duration_ns);
+    uint64_t start = 0;
+    CUresult r = enqueue(stream_device(hStream), hGraphExec->duration_ns, &start);
+    for (int i = 0; r == CUDA_SUCCESS && i < hGraphExec->marks; i++)
+        hGraphExec->mark[i].event->at_ns = start + hGraphExec->mark[i].offset_ns;
+    return r;
 }
 
 CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
@@ -830,7 +1131,9 @@ static const char *error_name(CUresult e) {
     case CUDA_ERROR_INVALID_VALUE: return "CUDA_ERROR_INVALID_VALUE";
     case CUDA_ERROR_OUT_OF_MEMORY: return "CUDA_ERROR_OUT_OF_MEMORY";
     case CUDA_ERROR_NOT_INITIALIZED: return "CUDA_ERROR_NOT_INITIALIZED";
+    case CUDA_ERROR_NO_DEVICE: return "CUDA_ERROR_NO_DEVICE";
     case CUDA_ERROR_INVALID_DEVICE: return "CUDA_ERROR_INVALID_DEVICE";
+    case CUDA_ERROR_NOT_SUPPORTED: return "CUDA_ERROR_NOT_SUPPORTED";
     case CUDA_ERROR_INVALID_CONTEXT: return "CUDA_ERROR_INVALID_CONTEXT";
     case CUDA_ERROR_INVALID_HANDLE: return "CUDA_ERROR_INVALID_HANDLE";
     case CUDA_ERROR_NOT_FOUND: return "CUDA_ERROR_NOT_FOUND";
@@ -883,6 +1186,13 @@ static const struct proc procs[] = {
     P("cuMemUnmap", 10020, 0, cuMemUnmap), P("cuMemAddressReserve", 10020, 0, cuMemAddressReserve),
     P("cuMemAddressFree", 10020, 0, cuMemAddressFree),
     P("cuDeviceGetDefaultMemPool", 11020, 0, cuDeviceGetDefaultMemPool),
+    P("cuDeviceGetMemPool", 11020, 0, cuDeviceGetMemPool),
+    P("cuDeviceSetMemPool", 11020, 0, cuDeviceSetMemPool),
+    P("cuMemPoolCreate", 11020, 0, cuMemPoolCreate), P("cuMemPoolDestroy", 11020, 0, cuMemPoolDestroy),
+    P("cuMemPoolGetAttribute", 11020, 0, cuMemPoolGetAttribute),
+    P("cuMemPoolSetAttribute", 11020, 0, cuMemPoolSetAttribute),
+    P("cuMemHostAlloc", 2020, 0, cuMemHostAlloc), P("cuMemAllocHost", 3020, 0, cuMemAllocHost_v2),
+    P("cuMemFreeHost", 2000, 0, cuMemFreeHost),
     P("cuArrayCreate", 3020, 0, cuArrayCreate_v2), P("cuArray3DCreate", 3020, 0, cuArray3DCreate_v2),
     P("cuArrayDestroy", 2000, 0, cuArrayDestroy),
     P("cuMipmappedArrayCreate", 5000, 0, cuMipmappedArrayCreate),
@@ -903,6 +1213,7 @@ static const struct proc procs[] = {
     P("cuLaunchCooperativeKernel", 9000, 1, cuLaunchCooperativeKernel_ptsz),
     P("cuGraphCreate", 10000, 0, cuGraphCreate),
     P("cuGraphAddKernelNode", 12000, 0, cuGraphAddKernelNode_v2),
+    P("cuGraphAddEventRecordNode", 11010, 0, cuGraphAddEventRecordNode),
     P("cuGraphInstantiateWithFlags", 11040, 0, cuGraphInstantiateWithFlags),
     P("cuGraphLaunch", 10000, 0, cuGraphLaunch), P("cuGraphLaunch", 10000, 1, cuGraphLaunch_ptsz),
     P("cuGraphExecDestroy", 10000, 0, cuGraphExecDestroy),

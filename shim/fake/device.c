@@ -1,9 +1,14 @@
-/* Shared state of the fake GPUs (see device.h), attached once per process. */
+/* The fake node (see device.h): its GPU list, what the container sees of it, and the shared
+   state, set up once per process. */
+#include <ctype.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -11,9 +16,21 @@
 #include <unistd.h>
 
 #include "device.h"
+#include "vslice/gpu_uuid.h"
 
 static struct fake_state *state;
 static pthread_once_t state_once = PTHREAD_ONCE_INIT;
+
+/* The node's GPUs (physical order) and, of them, the ones the container sees. */
+static struct {
+    int from_env; /* FAKE_NVIDIA_GPUS is set */
+    int count;
+    struct fake_gpu gpu[FAKE_MAX_DEVICES];
+    uint64_t total[FAKE_MAX_DEVICES];
+} node;
+static int seen[FAKE_MAX_DEVICES]; /* container index -> physical */
+static int seen_count;
+static int reported;
 
 uint64_t fake_now_ns(void) {
     struct timespec ts;
@@ -35,29 +52,166 @@ int fake_parse_size(const char *text, uint64_t *out) {
     return 0;
 }
 
-void fake_uuid(int physical, uint8_t out[16]) {
-    static const uint8_t base[16] = {0x56, 0x53, 0x4c, 0x46, 0x41, 0x4b, 0x45, 0x10,
-                                     0x80, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00};
-    memcpy(out, base, 16);
-    out[15] = (uint8_t)physical;
+int fake_node_reported(void) { return reported; }
+
+/* One line on stderr about the GPU list. Both libraries carry this code; the one whose sibling
+   has already spoken stays quiet. */
+static void report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void report(const char *fmt, ...) {
+    void *sibling = dlopen(FAKE_SIBLING, RTLD_LAZY | RTLD_NOLOAD);
+    int (*said)(void) = sibling != NULL ? (int (*)(void))dlsym(sibling, "fake_node_reported") : NULL;
+    int quiet = said != NULL && said != fake_node_reported && said();
+    if (sibling != NULL) dlclose(sibling);
+    reported = 1;
+    if (quiet) return;
+    char line[512];
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(line, sizeof line, fmt, args);
+    va_end(args);
+    fprintf(stderr, FAKE_LOG "%s\n", line);
 }
 
-static void fill(struct fake_state *s) {
+/* Strips blanks at both ends, in place. */
+static char *trim(char *s) {
+    while (isspace((unsigned char)*s)) s++;
+    size_t n = strlen(s);
+    while (n > 0 && isspace((unsigned char)s[n - 1])) s[--n] = '\0';
+    return s;
+}
+
+static int fits(const char *s, size_t size) { return *s != '\0' && strlen(s) < size; }
+
+/* One "UUID,MODEL,MEMORY" entry of FAKE_NVIDIA_GPUS; 0 when it parses. */
+static int parse_gpu(char *entry, const char *original) {
+    char *fields[4] = {NULL, NULL, NULL, NULL};
+    int n = 0;
+    for (char *save = NULL, *f = strtok_r(entry, ",", &save); f != NULL && n < 4;
+         f = strtok_r(NULL, ",", &save))
+        fields[n++] = trim(f);
+    struct fake_gpu *g = &node.gpu[node.count];
+    uint64_t bytes = 0;
+    if (n != 3 || !fits(fields[0], sizeof g->uuid) || !fits(fields[1], sizeof g->model) ||
+        fake_parse_size(fields[2], &bytes) != 0 || bytes == 0) {
+        report("FAKE_NVIDIA_GPUS entry '%s' is not UUID,MODEL,MEMORY (e.g. "
+               "GPU-4c1f0e3a-0000-4000-8000-000000000000,Tesla-T4,15360m); no GPU is visible",
+               original);
+        return -1;
+    }
+    for (int i = 0; i < node.count; i++) {
+        if (strcmp(node.gpu[i].uuid, fields[0]) == 0) {
+            report("FAKE_NVIDIA_GPUS entry '%s' repeats the UUID %s; no GPU is visible", original,
+                   fields[0]);
+            return -1;
+        }
+    }
+    if (node.count == FAKE_MAX_DEVICES) {
+        report("FAKE_NVIDIA_GPUS entry '%s' is one GPU too many (at most %d); no GPU is visible",
+               original, FAKE_MAX_DEVICES);
+        return -1;
+    }
+    g->physical = node.count;
+    snprintf(g->uuid, sizeof g->uuid, "%s", fields[0]);
+    snprintf(g->model, sizeof g->model, "%s", fields[1]);
+    vs_uuid_from_text(g->uuid, g->bytes);
+    node.total[node.count++] = bytes;
+    return 0;
+}
+
+static void read_node_list(const char *list) {
+    char *copy = strdup(list), *save = NULL;
+    for (char *entry = strtok_r(copy, ";", &save); entry != NULL; entry = strtok_r(NULL, ";", &save)) {
+        char original[256];
+        snprintf(original, sizeof original, "%s", trim(entry));
+        if (*original == '\0') continue; /* "a;b;" */
+        if (parse_gpu(entry, original) != 0) {
+            node.count = 0;
+            break;
+        }
+    }
+    free(copy);
+}
+
+/* Without FAKE_NVIDIA_GPUS: FAKE_CUDA_DEVICE_COUNT cards of FAKE_CUDA_TOTAL_MEM each. */
+static void read_node_counts(void) {
     const char *count = getenv("FAKE_CUDA_DEVICE_COUNT");
     const char *total = getenv("FAKE_CUDA_TOTAL_MEM");
     int n = count != NULL ? atoi(count) : 1;
     uint64_t bytes = 16ull << 30;
     if (total != NULL && fake_parse_size(total, &bytes) != 0) {
-        fprintf(stderr, "[fake-cuda] FAKE_CUDA_TOTAL_MEM='%s' is not a size; using 16g\n", total);
+        fprintf(stderr, FAKE_LOG "FAKE_CUDA_TOTAL_MEM='%s' is not a size; using 16g\n", total);
         bytes = 16ull << 30;
     }
-    s->device_count = (uint32_t)(n < 0 ? 0 : n > FAKE_MAX_DEVICES ? FAKE_MAX_DEVICES : n);
+    node.count = n < 0 ? 0 : n > FAKE_MAX_DEVICES ? FAKE_MAX_DEVICES : n;
+    for (int i = 0; i < FAKE_MAX_DEVICES; i++) node.total[i] = bytes;
+}
+
+/* The GPUs of a state made without FAKE_NVIDIA_GPUS: generated names and UUIDs. */
+static void name_counted_gpus(int count) {
+    static const uint8_t base[16] = {0x56, 0x53, 0x4c, 0x46, 0x41, 0x4b, 0x45, 0x10,
+                                     0x80, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00};
+    node.count = count < 0 ? 0 : count > FAKE_MAX_DEVICES ? FAKE_MAX_DEVICES : count;
+    for (int i = 0; i < node.count; i++) {
+        struct fake_gpu *g = &node.gpu[i];
+        g->physical = i;
+        memcpy(g->bytes, base, 16);
+        g->bytes[15] = (uint8_t)i;
+        vs_uuid_format(g->bytes, g->uuid, sizeof g->uuid);
+        snprintf(g->model, sizeof g->model, "Fake NVIDIA GPU %d", i);
+    }
+}
+
+/* One NVIDIA_VISIBLE_DEVICES entry: an index into the node's list or a UUID; -1 if neither. */
+static int find_gpu(const char *entry) {
+    char *end = NULL;
+    long n = strtol(entry, &end, 10);
+    if (end != entry && *end == '\0') return n >= 0 && n < node.count ? (int)n : -1;
+    for (int i = 0; i < node.count; i++)
+        if (strcasecmp(node.gpu[i].uuid, entry) == 0) return i;
+    return -1;
+}
+
+/* Like the container toolkit: unset or "all" = every GPU, "none"/"void"/"" = none, else a list
+   of indexes and UUIDs; the container sees them in physical order. */
+static void read_visible_devices(void) {
+    const char *env = node.from_env ? getenv("NVIDIA_VISIBLE_DEVICES") : NULL;
+    int wanted[FAKE_MAX_DEVICES] = {0};
+    if (env == NULL || strcmp(env, "all") == 0) {
+        for (int i = 0; i < node.count; i++) wanted[i] = 1;
+    } else {
+        char *copy = strdup(env), *save = NULL;
+        char *whole = trim(copy);
+        if (strcmp(whole, "none") != 0 && strcmp(whole, "void") != 0) {
+            for (char *e = strtok_r(whole, ",", &save); e != NULL; e = strtok_r(NULL, ",", &save)) {
+                char *entry = trim(e);
+                int i = *entry != '\0' ? find_gpu(entry) : -1;
+                if (i < 0) {
+                    if (node.count > 0)
+                        report("NVIDIA_VISIBLE_DEVICES entry '%s' is not a GPU of this node (an "
+                               "index into FAKE_NVIDIA_GPUS or one of its UUIDs); no GPU is "
+                               "visible",
+                               entry);
+                    memset(wanted, 0, sizeof wanted);
+                    break;
+                }
+                wanted[i] = 1;
+            }
+        }
+        free(copy);
+    }
+    seen_count = 0;
+    for (int i = 0; i < node.count; i++)
+        if (wanted[i]) seen[seen_count++] = i;
+}
+
+static void fill(struct fake_state *s) {
+    s->device_count = (uint32_t)node.count;
     s->ring_size = FAKE_RING;
-    for (int i = 0; i < FAKE_MAX_DEVICES; i++) s->dev[i].total = bytes;
+    for (int i = 0; i < FAKE_MAX_DEVICES; i++) s->dev[i].total = node.total[i];
     __atomic_store_n(&s->magic, FAKE_MAGIC, __ATOMIC_RELEASE);
 }
 
-static void attach(void) {
+static void map_state(void) {
     const char *path = getenv("FAKE_CUDA_STATE");
     size_t size = sizeof(struct fake_state);
     if (path == NULL || *path == '\0') {
@@ -68,7 +222,7 @@ static void attach(void) {
     }
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
     if (fd < 0) {
-        perror("[fake-cuda] FAKE_CUDA_STATE");
+        perror(FAKE_LOG "FAKE_CUDA_STATE");
         abort();
     }
     flock(fd, LOCK_EX);
@@ -82,9 +236,31 @@ static void attach(void) {
     close(fd);
 }
 
+static void attach(void) {
+    const char *list = getenv("FAKE_NVIDIA_GPUS");
+    node.from_env = list != NULL;
+    if (node.from_env)
+        read_node_list(list);
+    else
+        read_node_counts();
+    map_state();
+    if (!node.from_env) name_counted_gpus((int)state->device_count); /* the state's creator's */
+    read_visible_devices();
+}
+
 struct fake_state *fake_state(void) {
     pthread_once(&state_once, attach);
     return state;
+}
+
+int fake_gpu_count(void) {
+    fake_state();
+    return seen_count;
+}
+
+const struct fake_gpu *fake_gpu(int i) {
+    fake_state();
+    return &node.gpu[seen[i]];
 }
 
 int fake_reserve_memory(int physical, uint64_t bytes) {

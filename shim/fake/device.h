@@ -1,16 +1,25 @@
 /*
- * State of the fake GPUs. With FAKE_CUDA_STATE=<file> it lives in a shared file, so every
- * process of a test sees the same devices: memory in use, and the device timeline (when each
- * simulated kernel ran), from which tests measure busy time. tests/shim/timeline.py reads it.
+ * The fake node: its GPUs and their shared state.
+ *
+ * The node's GPUs come from FAKE_NVIDIA_GPUS ("UUID,MODEL,MEMORY;..."), or without it from
+ * FAKE_CUDA_DEVICE_COUNT and FAKE_CUDA_TOTAL_MEM. A GPU's physical index is its position in that
+ * list. The container sees the GPUs NVIDIA_VISIBLE_DEVICES names, in physical order, as the
+ * NVIDIA container toolkit gives them; CUDA_VISIBLE_DEVICES applies on top in the driver.
+ *
+ * With FAKE_CUDA_STATE=<file> the state lives in a shared file, indexed by physical GPU, so
+ * every process of a test (and every container of a node) sees the same cards: memory in use,
+ * and the device timeline (when each simulated kernel ran), from which tests measure busy time.
+ * tests/shim/conftest.py reads it.
  */
 #ifndef VSLICE_FAKE_DEVICE_H
 #define VSLICE_FAKE_DEVICE_H
 
 #include <stdint.h>
 
-#define FAKE_MAX_DEVICES 8
+#define FAKE_MAX_DEVICES 16
 #define FAKE_RING 65536
 #define FAKE_MAGIC 0x454B414645534C56ULL /* "VSLFAKE" */
+#define FAKE_LOG "[fake-nvidia] "
 
 struct fake_interval {
     uint64_t start_ns; /* CLOCK_MONOTONIC */
@@ -29,17 +38,30 @@ struct fake_device_state {
 
 struct fake_state {
     uint64_t magic;
-    uint32_t device_count;
+    uint32_t device_count; /* GPUs of the node */
     uint32_t ring_size;
     uint64_t reserved[6];
     struct fake_device_state dev[FAKE_MAX_DEVICES];
 };
 
+/* One GPU the container sees. */
+struct fake_gpu {
+    int physical;       /* position in the node's list = index in the shared state */
+    char uuid[80];      /* as NVML reports it */
+    char model[96];     /* cuDeviceGetName, nvmlDeviceGetName */
+    uint8_t bytes[16];  /* cuDeviceGetUuid (vslice/gpu_uuid.h) */
+};
+
 struct fake_state *fake_state(void);
+int fake_gpu_count(void);                /* GPUs the container sees */
+const struct fake_gpu *fake_gpu(int i);  /* i < fake_gpu_count(), in physical order */
 uint64_t fake_now_ns(void);
 int fake_parse_size(const char *text, uint64_t *out);
-void fake_uuid(int physical, uint8_t out[16]);
 int fake_reserve_memory(int physical, uint64_t bytes);
 void fake_release_memory(int physical, uint64_t bytes);
+
+/* Exported by both fake libraries: 1 once this copy has reported a bad GPU list, so a process
+   that loads both libraries separately prints it once. */
+int fake_node_reported(void);
 
 #endif

@@ -1,5 +1,6 @@
 /* A fake NVML (libnvidia-ml.so.1) over the same shared state as the fake driver. Like the real
-   NVML it ignores CUDA_VISIBLE_DEVICES and lists every device. */
+   NVML it ignores CUDA_VISIBLE_DEVICES and lists every device the container has (after
+   NVIDIA_VISIBLE_DEVICES): index = position in the container, minor number = physical index. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,14 +10,15 @@
 #include "vslice/nvml_abi.h"
 
 struct nvmlDevice_st {
-    unsigned int index;
+    unsigned int index;    /* in the container */
+    unsigned int physical; /* in the node, and in the shared state */
 };
 static struct nvmlDevice_st handles[FAKE_MAX_DEVICES];
 static int initialized;
 
 nvmlReturn_t nvmlInit_v2(void) {
-    for (unsigned i = 0; i < FAKE_MAX_DEVICES; i++) handles[i].index = i;
-    fake_state();
+    for (int i = 0; i < fake_gpu_count(); i++)
+        handles[i] = (struct nvmlDevice_st){(unsigned)i, (unsigned)fake_gpu(i)->physical};
     initialized = 1;
     return NVML_SUCCESS;
 }
@@ -45,29 +47,30 @@ nvmlReturn_t nvmlShutdown(void) {
 nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount) {
     if (!initialized) return NVML_ERROR_UNINITIALIZED;
     if (deviceCount == NULL) return NVML_ERROR_INVALID_ARGUMENT;
-    *deviceCount = fake_state()->device_count;
+    *deviceCount = (unsigned)fake_gpu_count();
     return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetCount(unsigned int *deviceCount) {
+    return nvmlDeviceGetCount_v2(deviceCount);
 }
 
 nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device) {
     if (!initialized) return NVML_ERROR_UNINITIALIZED;
-    if (device == NULL || index >= fake_state()->device_count) return NVML_ERROR_INVALID_ARGUMENT;
+    if (device == NULL || index >= (unsigned)fake_gpu_count()) return NVML_ERROR_INVALID_ARGUMENT;
     *device = &handles[index];
     return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device) {
+    return nvmlDeviceGetHandleByIndex_v2(index, device);
 }
 
 nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device) {
     if (!initialized) return NVML_ERROR_UNINITIALIZED;
     if (uuid == NULL || device == NULL) return NVML_ERROR_INVALID_ARGUMENT;
-    for (unsigned i = 0; i < fake_state()->device_count; i++) {
-        char text[96];
-        uint8_t u[16];
-        fake_uuid((int)i, u);
-        snprintf(text, sizeof text,
-                 "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
-                 u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
-                 u[14], u[15]);
-        if (strcmp(text, uuid) == 0) {
+    for (int i = 0; i < fake_gpu_count(); i++) {
+        if (strcmp(fake_gpu(i)->uuid, uuid) == 0) {
             *device = &handles[i];
             return NVML_SUCCESS;
         }
@@ -77,20 +80,20 @@ nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device) {
 
 #define NEED_DEVICE(d)                                                                             \
     if (!initialized) return NVML_ERROR_UNINITIALIZED;                                            \
-    if ((d) == NULL || (d) < handles || (d) >= handles + fake_state()->device_count)             \
+    if ((d) == NULL || (d) < handles || (d) >= handles + fake_gpu_count())                        \
     return NVML_ERROR_INVALID_ARGUMENT
+
+/* Writes text into buf, or says how short buf is. */
+static nvmlReturn_t copy_out(const char *text, char *buf, unsigned int length) {
+    if (buf == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    if (length < strlen(text) + 1) return NVML_ERROR_INSUFFICIENT_SIZE;
+    memcpy(buf, text, strlen(text) + 1);
+    return NVML_SUCCESS;
+}
 
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length) {
     NEED_DEVICE(device);
-    if (uuid == NULL) return NVML_ERROR_INVALID_ARGUMENT;
-    if (length < 41) return NVML_ERROR_INSUFFICIENT_SIZE;
-    uint8_t u[16];
-    fake_uuid((int)device->index, u);
-    snprintf(uuid, length,
-             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
-             u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14],
-             u[15]);
-    return NVML_SUCCESS;
+    return copy_out(fake_gpu((int)device->index)->uuid, uuid, length);
 }
 
 nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index) {
@@ -102,13 +105,11 @@ nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index) {
 
 nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length) {
     NEED_DEVICE(device);
-    if (name == NULL || length == 0) return NVML_ERROR_INVALID_ARGUMENT;
-    snprintf(name, length, "Fake NVIDIA GPU %u", device->index);
-    return NVML_SUCCESS;
+    return copy_out(fake_gpu((int)device->index)->model, name, length);
 }
 
 static void memory_of(nvmlDevice_t device, unsigned long long *total, unsigned long long *used) {
-    struct fake_device_state *d = &fake_state()->dev[device->index];
+    struct fake_device_state *d = &fake_state()->dev[device->physical];
     *total = d->total;
     *used = __atomic_load_n(&d->used, __ATOMIC_RELAXED);
     if (*used > *total) *used = *total;
@@ -135,7 +136,7 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *me
 nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minorNumber) {
     NEED_DEVICE(device);
     if (minorNumber == NULL) return NVML_ERROR_INVALID_ARGUMENT;
-    *minorNumber = device->index;
+    *minorNumber = device->physical; /* /dev/nvidia<minor> on the node */
     return NVML_SUCCESS;
 }
 
@@ -146,19 +147,25 @@ nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned int *node) {
     return NVML_SUCCESS;
 }
 
-/* Like the real sampler: the share of the last second during which a kernel was running. */
-nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization) {
-    NEED_DEVICE(device);
-    if (utilization == NULL) return NVML_ERROR_INVALID_ARGUMENT;
-    struct fake_device_state *d = &fake_state()->dev[device->index];
-    uint64_t now = fake_now_ns(), from = now > 1000000000ull ? now - 1000000000ull : 0, busy = 0;
+/* Percent of [from, now) during which a kernel was running on the device. */
+static unsigned busy_percent(nvmlDevice_t device, uint64_t from, uint64_t now) {
+    struct fake_device_state *d = &fake_state()->dev[device->physical];
+    uint64_t busy = 0;
     uint64_t head = __atomic_load_n(&d->head, __ATOMIC_ACQUIRE);
     for (uint64_t i = head > FAKE_RING ? head - FAKE_RING : 0; i < head; i++) {
         const struct fake_interval *k = &d->ring[i % FAKE_RING];
         uint64_t start = k->start_ns > from ? k->start_ns : from, end = k->end_ns < now ? k->end_ns : now;
         if (end > start) busy += end - start;
     }
-    utilization->gpu = (unsigned)(busy * 100 / (now - from));
+    return now > from ? (unsigned)(busy * 100 / (now - from)) : 0;
+}
+
+/* Like the real sampler: the share of the last second during which a kernel was running. */
+nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization) {
+    NEED_DEVICE(device);
+    if (utilization == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    uint64_t now = fake_now_ns(), from = now > 1000000000ull ? now - 1000000000ull : 0;
+    utilization->gpu = busy_percent(device, from, now);
     utilization->memory = 0;
     return NVML_SUCCESS;
 }
@@ -190,7 +197,7 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsign
     nvmlReturn_t r = host_processes(device, infoCount, &used, &listed);
     if (r == NVML_SUCCESS && listed) {
         if (infos == NULL) return NVML_ERROR_INVALID_ARGUMENT;
-        infos[0] = (nvmlProcessInfo_v2_t){FAKE_HOST_PID + device->index, used, 0xFFFFFFFFu,
+        infos[0] = (nvmlProcessInfo_v2_t){FAKE_HOST_PID + device->physical, used, 0xFFFFFFFFu,
                                           0xFFFFFFFFu};
     }
     return r;
@@ -209,6 +216,38 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned 
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
                                                      nvmlProcessInfo_t *infos) {
     return nvmlDeviceGetComputeRunningProcesses_v2(device, infoCount, infos);
+}
+
+static uint64_t wall_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000ull + (uint64_t)ts.tv_nsec / 1000;
+}
+
+/* Per-process utilisation, as seen from a container: the same single host process, with one
+   sample when a kernel ran since lastSeenTimeStamp (CPU time in microseconds; the fake keeps a
+   second of samples). Sizing (utilization NULL) and too small a buffer get
+   NVML_ERROR_INSUFFICIENT_SIZE and the count; no sample is NVML_ERROR_NOT_FOUND. */
+nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
+                                             nvmlProcessUtilizationSample_t *utilization,
+                                             unsigned int *processSamplesCount,
+                                             unsigned long long lastSeenTimeStamp) {
+    NEED_DEVICE(device);
+    if (processSamplesCount == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    uint64_t now_us = wall_us(), now = fake_now_ns();
+    uint64_t span = lastSeenTimeStamp >= now_us ? 0 : (now_us - lastSeenTimeStamp) * 1000ull;
+    if (span > 1000000000ull) span = 1000000000ull;
+    unsigned sm = span > 0 && span <= now ? busy_percent(device, now - span, now) : 0;
+    unsigned samples = sm > 0;
+    if (samples == 0) return NVML_ERROR_NOT_FOUND;
+    if (utilization == NULL || *processSamplesCount < samples) {
+        *processSamplesCount = samples;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    utilization[0] = (nvmlProcessUtilizationSample_t){FAKE_HOST_PID + device->physical, now_us, sm,
+                                                      0, 0, 0};
+    *processSamplesCount = samples;
+    return NVML_SUCCESS;
 }
 
 /* Events: the fake never has an Xid error, so a wait always times out. */

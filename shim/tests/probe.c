@@ -24,6 +24,22 @@
  *   graph:<seconds>:<us>:<nodes>   launch a graph of <nodes> <us>-microsecond kernels
  *   spin:<seconds>:<us>  the same with the PTX spin kernel (real GPU: SM clock cycles)
  *   version              cuDriverGetVersion
+ *   init                 cuInit and cuDeviceGetCount
+ *   devices              a "device" line per CUDA device: ordinal, total, uuid (32 hex digits of
+ *                        cuDeviceGetUuid), name (last, may hold spaces)
+ *   nvmlids              a "nvmlid" line per NVML device: index, minor, uuid, name (last)
+ *   nvmlv1               nvmlInit, nvmlDeviceGetCount, nvmlDeviceGetHandleByIndex (v1 names)
+ *                        against their _v2 forms
+ *   putil:<last_seen_us> nvmlDeviceGetProcessUtilization of every device: a "putil" line each
+ *                        (sizing call, room for none, the call, the first sample)
+ *   attr:<n>             cuDeviceGetAttribute(n) of the current device
+ *   mkpool:<max size>    cuMemPoolCreate on the current device (0 = no maximum)
+ *   cpool:<size>         cuMemAllocFromPoolAsync from the pool made by mkpool
+ *   setpool / getpool    cuDeviceSetMemPool(that pool) / which pool cuDeviceGetMemPool gives
+ *   poolattr             that pool's CU_MEMPOOL_ATTR_* values
+ *   threshold:<size>     its release threshold      resethigh   resets its high-water marks
+ *   rmpool               cuMemPoolDestroy
+ *   host:<size>          cuMemHostAlloc (portable, device-mapped)   pinned:<size>  cuMemAllocHost
  *   hold                 print "ready" and wait to be killed          sleep:<ms>
  */
 #include <dlfcn.h>
@@ -37,7 +53,7 @@
 #include "vslice/cuda_abi.h"
 #include "vslice/nvml_abi.h"
 
-enum kind { PTR, ARRAY, MIPMAP, VMM };
+enum kind { PTR, ARRAY, MIPMAP, VMM, HOST };
 struct held {
     enum kind kind;
     uint64_t handle;
@@ -55,6 +71,7 @@ static CUresult release(struct held h) {
     case ARRAY: return cuArrayDestroy((CUarray)(uintptr_t)h.handle);
     case MIPMAP: return cuMipmappedArrayDestroy((CUmipmappedArray)(uintptr_t)h.handle);
     case VMM: return cuMemRelease(h.handle);
+    case HOST: return cuMemFreeHost((void *)(uintptr_t)h.handle);
     }
     return CUDA_ERROR_INVALID_VALUE;
 }
@@ -164,6 +181,110 @@ static void do_procs(void) {
                    v3[k].usedGpuMemory, v3[k].gpuInstanceId, v3[k].computeInstanceId);
     }
     nvmlShutdown();
+}
+
+static void do_devices(void) {
+    int count = 0;
+    cuDeviceGetCount(&count);
+    for (int i = 0; i < count; i++) {
+        CUdevice dev;
+        CUuuid u;
+        size_t total = 0;
+        char name[256] = "", hex[33];
+        CUresult r = cuDeviceGet(&dev, i);
+        if (r == CUDA_SUCCESS) r = cuDeviceGetName(name, sizeof name, dev);
+        if (r == CUDA_SUCCESS) r = cuDeviceGetUuid(&u, dev);
+        if (r == CUDA_SUCCESS) r = cuDeviceTotalMem_v2(&total, dev);
+        for (int k = 0; k < 16; k++) snprintf(hex + 2 * k, 3, "%02x", (unsigned char)u.bytes[k]);
+        printf("device %d ordinal=%d total=%zu uuid=%s name=%s\n", r, i, total, hex, name);
+    }
+}
+
+static void do_nvmlids(void) {
+    unsigned count = 0;
+    nvmlInit_v2();
+    nvmlDeviceGetCount_v2(&count);
+    for (unsigned i = 0; i < count; i++) {
+        nvmlDevice_t d;
+        unsigned index = 99, minor = 99;
+        char uuid[96] = "", name[96] = "";
+        int r = nvmlDeviceGetHandleByIndex_v2(i, &d);
+        r |= nvmlDeviceGetIndex(d, &index) | nvmlDeviceGetMinorNumber(d, &minor);
+        r |= nvmlDeviceGetUUID(d, uuid, sizeof uuid) | nvmlDeviceGetName(d, name, sizeof name);
+        nvmlDevice_t by_uuid = NULL;
+        r |= nvmlDeviceGetHandleByUUID(uuid, &by_uuid);
+        printf("nvmlid %d index=%u minor=%u byuuid=%d uuid=%s name=%s\n", r, index, minor,
+               by_uuid == d, uuid, name);
+    }
+    nvmlShutdown();
+}
+
+static void do_nvml_v1(void) {
+    unsigned count = 0, count2 = 0;
+    int r = nvmlInit() | nvmlDeviceGetCount(&count) | nvmlDeviceGetCount_v2(&count2);
+    int same = count == count2;
+    for (unsigned i = 0; i < count; i++) {
+        nvmlDevice_t v1 = NULL, v2 = NULL;
+        r |= nvmlDeviceGetHandleByIndex(i, &v1) | nvmlDeviceGetHandleByIndex_v2(i, &v2);
+        same = same && v1 == v2 && v1 != NULL;
+    }
+    nvmlDevice_t beyond = NULL;
+    int out_of_range = nvmlDeviceGetHandleByIndex(count, &beyond);
+    printf("nvmlv1 %d count=%u same=%d beyond=%d\n", r, count, same, out_of_range);
+    nvmlShutdown();
+}
+
+static void do_putil(unsigned long long last_seen) {
+    unsigned count = 0;
+    nvmlInit_v2();
+    nvmlDeviceGetCount_v2(&count);
+    for (unsigned i = 0; i < count; i++) {
+        nvmlDevice_t d;
+        nvmlProcessUtilizationSample_t samples[8];
+        memset(samples, 0, sizeof samples);
+        nvmlDeviceGetHandleByIndex_v2(i, &d);
+        unsigned needed = 0, none = 0, n = 8;
+        int sizing = nvmlDeviceGetProcessUtilization(d, NULL, &needed, last_seen);
+        int small = nvmlDeviceGetProcessUtilization(d, samples, &none, last_seen);
+        int r = nvmlDeviceGetProcessUtilization(d, samples, &n, last_seen);
+        printf("putil %d index=%u sizing=%d needed=%u small=%d none=%u count=%u pid=%u sm=%u "
+               "mem=%u ts=%llu\n",
+               r, i, sizing, needed, small, none, r == 0 ? n : 0, samples[0].pid,
+               samples[0].smUtil, samples[0].memUtil, samples[0].timeStamp);
+    }
+    nvmlShutdown();
+}
+
+static CUmemoryPool made_pool;
+
+static CUresult do_mkpool(uint64_t max_size) {
+    CUdevice dev;
+    CUresult r = cuCtxGetDevice(&dev);
+    CUmemPoolProps props;
+    memset(&props, 0, sizeof props);
+    props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    props.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
+    props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    props.location.id = dev;
+    props.maxSize = max_size;
+    if (r == CUDA_SUCCESS) r = cuMemPoolCreate(&made_pool, &props);
+    return r;
+}
+
+static void do_poolattr(void) {
+    cuuint64_t used = 0, used_high = 0, reserved = 0, reserved_high = 0, threshold = 0;
+    int reuse = 0;
+    CUresult r = cuMemPoolGetAttribute(made_pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used);
+    r |= cuMemPoolGetAttribute(made_pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &used_high);
+    r |= cuMemPoolGetAttribute(made_pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved);
+    r |= cuMemPoolGetAttribute(made_pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &reserved_high);
+    r |= cuMemPoolGetAttribute(made_pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold);
+    r |= cuMemPoolGetAttribute(made_pool, CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC, &reuse);
+    printf("poolattr %d used=%llu used_high=%llu reserved=%llu reserved_high=%llu threshold=%llu "
+           "reuse=%d\n",
+           (int)r, (unsigned long long)used, (unsigned long long)used_high,
+           (unsigned long long)reserved, (unsigned long long)reserved_high,
+           (unsigned long long)threshold, reuse);
 }
 
 struct stress {
@@ -318,6 +439,66 @@ static void run(const char *arg) {
         r = cuMemAllocFromPoolAsync(&p, test_size(size_text), pool, NULL);
         if (r == CUDA_SUCCESS) keep(PTR, p);
         REPORT(r);
+    } else if (ARGS("mkpool:%31s", size_text) == 1) {
+        REPORT(do_mkpool(test_size(size_text)));
+    } else if (ARGS("cpool:%31s", size_text) == 1) {
+        r = cuMemAllocFromPoolAsync(&p, test_size(size_text), made_pool, NULL);
+        if (r == CUDA_SUCCESS) keep(PTR, p);
+        REPORT(r);
+    } else if (strcmp(arg, "setpool") == 0) {
+        CUdevice dev;
+        cuCtxGetDevice(&dev);
+        REPORT(cuDeviceSetMemPool(dev, made_pool));
+    } else if (strcmp(arg, "getpool") == 0) {
+        CUdevice dev;
+        CUmemoryPool current = NULL, fallback = NULL;
+        cuCtxGetDevice(&dev);
+        cuDeviceGetDefaultMemPool(&fallback, dev);
+        r = cuDeviceGetMemPool(&current, dev);
+        printf("getpool %d made=%d default=%d\n", r, current != NULL && current == made_pool,
+               current != NULL && current == fallback);
+    } else if (strcmp(arg, "poolattr") == 0) {
+        do_poolattr();
+    } else if (ARGS("threshold:%31s", size_text) == 1) {
+        cuuint64_t value = test_size(size_text);
+        REPORT(cuMemPoolSetAttribute(made_pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &value));
+    } else if (strcmp(arg, "resethigh") == 0) {
+        cuuint64_t zero = 0;
+        r = cuMemPoolSetAttribute(made_pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &zero);
+        r |= cuMemPoolSetAttribute(made_pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &zero);
+        REPORT(r);
+    } else if (strcmp(arg, "rmpool") == 0) {
+        REPORT(cuMemPoolDestroy(made_pool));
+    } else if (ARGS("host:%31s", size_text) == 1) {
+        void *h = NULL;
+        r = cuMemHostAlloc(&h, test_size(size_text),
+                           CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP);
+        if (r == CUDA_SUCCESS) keep(HOST, (uintptr_t)h);
+        REPORT(r);
+    } else if (ARGS("pinned:%31s", size_text) == 1) {
+        void *h = NULL;
+        r = cuMemAllocHost_v2(&h, test_size(size_text));
+        if (r == CUDA_SUCCESS) keep(HOST, (uintptr_t)h);
+        REPORT(r);
+    } else if (ARGS("attr:%lu", &a) == 1) {
+        CUdevice dev;
+        int value = -1;
+        r = cuCtxGetDevice(&dev);
+        if (r == CUDA_SUCCESS) r = cuDeviceGetAttribute(&value, (CUdevice_attribute)a, dev);
+        printf("%s %d value=%d\n", arg, r, value);
+    } else if (strcmp(arg, "init") == 0) {
+        int count = -1;
+        r = cuInit(0);
+        cuDeviceGetCount(&count);
+        printf("init %d count=%d\n", r, count);
+    } else if (strcmp(arg, "devices") == 0) {
+        do_devices();
+    } else if (strcmp(arg, "nvmlids") == 0) {
+        do_nvmlids();
+    } else if (strcmp(arg, "nvmlv1") == 0) {
+        do_nvml_v1();
+    } else if (ARGS("putil:%31s", size_text) == 1) {
+        do_putil(strtoull(size_text, NULL, 10));
     } else if (ARGS("pitch:%lu:%lu", &a, &b) == 2) {
         size_t pitch = 0;
         r = cuMemAllocPitch_v2(&p, &pitch, a, b, 4);

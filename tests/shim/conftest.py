@@ -1,5 +1,5 @@
 """Fixtures for the shim tests: build the shim, the fake driver and the C test programs once,
-then run the probe program (tests/probe.c) with or without the shim preloaded."""
+then run the probe program (tests/probe.c) or vslice-smoke with or without the shim preloaded."""
 
 from __future__ import annotations
 
@@ -80,7 +80,9 @@ class Probe:
         env = {
             k: v
             for k, v in os.environ.items()
-            if not k.startswith(("CUDA_", "VSLICE_", "FAKE_CUDA_", "LD_PRELOAD"))
+            if not k.startswith(
+                ("CUDA_", "VSLICE_", "FAKE_CUDA_", "FAKE_NVIDIA_", "NVIDIA_VISIBLE_", "LD_PRELOAD")
+            )
         }
         env["LD_LIBRARY_PATH"] = str(self.build / "fake")
         env["FAKE_CUDA_STATE"] = str(self.fake_state)
@@ -112,6 +114,64 @@ class Probe:
 @pytest.fixture
 def probe(shim_build: Path, tmp_path: Path) -> Iterator[Probe]:
     yield Probe(shim_build, tmp_path)
+
+
+@dataclass
+class Report:
+    """What one vslice-smoke run printed: its first line, then key=value lines."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    first: str = field(init=False)
+    values: dict[str, str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        lines = self.stdout.splitlines()
+        self.first = lines[0] if lines else ""
+        self.values = dict(line.split("=", 1) for line in lines[1:] if "=" in line)
+
+    def __getitem__(self, key: str) -> str:
+        assert key in self.values, f"no {key!r} in:\n{self.stdout}\n{self.stderr}"
+        return self.values[key]
+
+    def number(self, key: str) -> float:
+        return float(self[key])
+
+
+@dataclass
+class Smoke:
+    """Runs build/smoke/vslice-smoke as a container would, on the fake driver (probe's env)."""
+
+    probe: Probe
+
+    @property
+    def binary(self) -> str:
+        return str(self.probe.build / "smoke" / "vslice-smoke")
+
+    def run(self, *args: str, shim: bool = True, timeout: float = 60, **env: str) -> Report:
+        result = subprocess.run(
+            [self.binary, *args],
+            env=self.probe.env(shim, **env),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        return Report(result.returncode, result.stdout, result.stderr)
+
+    def start(self, *args: str, shim: bool = True, **env: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [self.binary, *args],
+            env=self.probe.env(shim, **env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+
+@pytest.fixture
+def smoke(probe: Probe) -> Smoke:
+    return Smoke(probe)
 
 
 # The fake driver's shared state (shim/fake/device.h): a 64-byte header, then per device a

@@ -189,3 +189,30 @@ def test_many_threads_allocating_at_once_keep_the_accounts_exact(probe: Probe) -
     assert stress["failures"] == 0
     assert stress["refused"] > 0
     assert out.values("info") == {"free": 64 * MIB, "total": 64 * MIB}
+
+
+def test_pinned_host_memory_does_not_count_against_the_slice(probe: Probe) -> None:
+    out = probe.run(
+        "ctx:0", "host:2g", "pinned:2g", "info", "alloc:1g", "nvml", CUDA_DEVICE_MEMORY_LIMIT="1g"
+    )
+    assert (out.code("host:2g"), out.code("pinned:2g")) == (CUDA_SUCCESS, CUDA_SUCCESS)
+    assert out.values("info")["free"] == GIB  # host memory leaves the slice untouched
+    assert out.code("alloc:1g") == CUDA_SUCCESS
+    assert out.nvml(0)["used"] == GIB
+
+
+def test_allocations_from_a_created_pool_count_against_the_slice(probe: Probe) -> None:
+    out = probe.run(
+        "ctx:0",
+        "mkpool:0",
+        "cpool:600m",
+        "cpool:600m",
+        "info",
+        "free",
+        "info",
+        CUDA_DEVICE_MEMORY_LIMIT="1g",
+    )
+    assert out.code("cpool:600m", 0) == CUDA_SUCCESS
+    assert out.code("cpool:600m", 1) == CUDA_ERROR_OUT_OF_MEMORY
+    assert out.values("info", 0)["free"] == GIB - 600 * MIB
+    assert out.values("info", 1)["free"] == GIB

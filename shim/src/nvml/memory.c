@@ -1,7 +1,8 @@
 /*
  * nvidia-smi and NVML clients inside the container see the slice: total = the memory limit,
  * used = what the container's processes hold (from the region), free = the difference, never
- * below zero. NVML ignores CUDA_VISIBLE_DEVICES, so devices are matched by UUID; a device no
+ * below zero. NVML ignores CUDA_VISIBLE_DEVICES, so devices are matched by UUID (NVML's string,
+ * turned into cuDeviceGetUuid's bytes as vslice/gpu_uuid.h says); a device no
  * process of the container touched yet takes the limit of its position in
  * CUDA_VISIBLE_DEVICES (or its NVML index).
  */
@@ -10,22 +11,7 @@
 #include <string.h>
 
 #include "../shim.h"
-
-/* "GPU-6c7f2b31-..." -> 16 bytes; -1 if it is not a UUID. */
-static int parse_uuid(const char *text, uint8_t out[16]) {
-    if (strncmp(text, "GPU-", 4) == 0) text += 4;
-    int n = 0;
-    for (const char *p = text; *p != '\0' && n < 32; p++) {
-        if (*p == '-') continue;
-        int v = (*p >= '0' && *p <= '9') ? *p - '0'
-                : (*p >= 'a' && *p <= 'f') ? *p - 'a' + 10
-                : (*p >= 'A' && *p <= 'F') ? *p - 'A' + 10 : -1;
-        if (v < 0) return -1;
-        if (n % 2 == 0) out[n / 2] = (uint8_t)(v << 4); else out[n / 2] |= (uint8_t)v;
-        n++;
-    }
-    return n == 32 ? 0 : -1;
-}
+#include "vslice/gpu_uuid.h"
 
 /* The container index of an NVML device that is not in the region yet. */
 static int container_index(nvmlDevice_t device, const char *uuid) {
@@ -55,9 +41,8 @@ int vs_nvml_place(nvmlDevice_t device, int *dev, int *index) {
     if (!vs_config()->tracking || vs_real.nvmlDeviceGetUUID == NULL) return -1;
     char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
     uint8_t raw[16];
-    if (vs_real.nvmlDeviceGetUUID(device, uuid, sizeof uuid) != NVML_SUCCESS ||
-        parse_uuid(uuid, raw) != 0)
-        return -1;
+    if (vs_real.nvmlDeviceGetUUID(device, uuid, sizeof uuid) != NVML_SUCCESS) return -1;
+    vs_uuid_from_text(uuid, raw); /* the bytes cuDeviceGetUuid gives for it */
     if (vs_region_attached()) *dev = vs_device_by_uuid(raw); /* a reader takes no slot */
     *index = container_index(device, uuid);
     if (*index >= VS_MAX_DEVICES) *index = -1;
