@@ -287,7 +287,8 @@ static const struct {
 
 CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev) {
     NEED_DEVICE(dev);
-    if (pi == NULL || (int)attrib < 1 || (int)attrib > CU_DEVICE_ATTRIBUTE_HOST_NUMA_MULTINODE_IPC_SUPPORTED)
+    if (pi == NULL || (int)attrib < 1 ||
+        (int)attrib > CU_DEVICE_ATTRIBUTE_HOST_NUMA_MULTINODE_IPC_SUPPORTED)
         return CUDA_ERROR_INVALID_VALUE;
     *pi = 0;
     switch ((int)attrib) {
@@ -560,7 +561,8 @@ CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool) {
 /* Device pools only: pinned memory on one of the visible devices. */
 CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps) {
     NEED_INIT;
-    if (pool == NULL || poolProps == NULL || poolProps->allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
+    if (pool == NULL || poolProps == NULL ||
+        poolProps->allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
         poolProps->location.type != CU_MEM_LOCATION_TYPE_DEVICE || poolProps->location.id < 0 ||
         poolProps->location.id >= visible_count)
         return CUDA_ERROR_INVALID_VALUE;
@@ -589,6 +591,10 @@ CUresult cuMemPoolDestroy(CUmemoryPool pool) {
     return CUDA_SUCCESS;
 }
 
+static int reuse_index(CUmemPool_attribute attr) {
+    return (int)attr - CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES;
+}
+
 CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value) {
     NEED_INIT;
     if (pool == NULL || value == NULL) return CUDA_ERROR_INVALID_VALUE;
@@ -598,7 +604,7 @@ CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void
     case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
     case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
     case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
-        *(int *)value = !pool->reuse_off[(int)attr - CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES];
+        *(int *)value = !pool->reuse_off[reuse_index(attr)];
         break;
     case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: *(cuuint64_t *)value = pool->threshold; break;
     case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: *(cuuint64_t *)value = pool->reserved; break;
@@ -622,7 +628,7 @@ CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void
     case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
     case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
     case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
-        pool->reuse_off[(int)attr - CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES] = !*(int *)value;
+        pool->reuse_off[reuse_index(attr)] = !*(int *)value;
         break;
     case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
         pool->threshold = *(cuuint64_t *)value;
