@@ -1,5 +1,7 @@
-"""Health probes: an HTTP(S) GET that says whether a component answers "ok", or for
-``unix://PATH`` a connection to a unix socket (containerd answers gRPC only).
+"""Health probes: an HTTP(S) GET that says whether a component answers "ok"; for ``unix://PATH``
+a connection to a unix socket; for ``cri://PATH`` the CRI ``RuntimeService/Version`` call, which
+containerd answers only once its CRI plugin serves (the socket accepts connections earlier, and
+a kubelet started then exits with "unknown service runtime.v1.RuntimeService").
 
 HTTPS probes trust only the lab's CA and, for the apiserver, present the admin client
 certificate. A probe never raises: it returns a short reason when the component is not healthy.
@@ -38,6 +40,8 @@ class Probe:
         """None when healthy, else why not (connection refused, HTTP 500: ..., ...)."""
         if self.url.startswith("unix://"):
             return _socket_answers(self.url.removeprefix("unix://"), timeout)
+        if self.url.startswith("cri://"):
+            return _cri_answers(self.url.removeprefix("cri://"), timeout)
         try:
             with urllib.request.urlopen(
                 self.url, timeout=timeout, context=self._context()
@@ -61,3 +65,23 @@ def _socket_answers(path: str, timeout: float) -> str | None:
         except OSError as error:
             return f"not answering on {path} ({error.strerror or error})"
     return None
+
+
+CRI_VERSION = "/runtime.v1.RuntimeService/Version"
+
+
+def _cri_answers(path: str, timeout: float) -> str | None:
+    import grpc
+
+    with grpc.insecure_channel(f"unix://{path}") as channel:
+        # An empty VersionRequest is zero bytes on the wire; the answer is not needed.
+        call = channel.unary_unary(CRI_VERSION, request_serializer=_raw, response_deserializer=_raw)
+        try:
+            call(b"", timeout=timeout)
+        except grpc.RpcError as error:
+            return f"CRI not serving on {path} ({error.code().name})"
+    return None
+
+
+def _raw(data: bytes) -> bytes:
+    return data

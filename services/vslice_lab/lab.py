@@ -468,7 +468,7 @@ def _probes(layout: Layout, record: LabRecord) -> dict[str, Probe]:
     real: dict[str, Probe] = {}
     for name in record.real_nodes:
         socket_path = realnode.node_layout(layout, name).containerd_socket
-        real[f"containerd-{name}"] = Probe(f"unix://{socket_path}")
+        real[f"containerd-{name}"] = Probe(f"cri://{socket_path}")
         for component, key in (
             ("kubelet", "kubelet-healthz"),
             ("device-plugin", "device-plugin"),

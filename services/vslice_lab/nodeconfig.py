@@ -21,6 +21,7 @@ Only one real node can run per machine: the kubelet's device-plugin directory is
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socket
@@ -97,6 +98,14 @@ class NodeLayout:
     @property
     def containerd_state(self) -> Path:
         return self.root / "containerd" / "state"
+
+    @property
+    def shim_sockets(self) -> Path:
+        """The runc shims' socket directory: containerd refuses one longer than 42 characters,
+        which a state dir below a test's temporary directory easily is, so it lives in a short
+        per-node directory under /run (named after the node directory, removed by ``down``)."""
+        digest = hashlib.sha256(str(self.root).encode()).hexdigest()[:10]
+        return Path("/run") / f"vslice-lab-{digest}"
 
     @property
     def containerd_socket(self) -> Path:
@@ -263,7 +272,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   bin_dir = {q(str(layout.root / "containerd" / "image-verifier"))}
 
 [plugins.'io.containerd.shim.v1.manager']
-  socket_dir = {q(str(state / "s"))}
+  socket_dir = {q(str(layout.shim_sockets))}
 
 [plugins.'io.containerd.nri.v1.nri']
   disable = true
@@ -455,7 +464,7 @@ def containerd(name: str, layout: NodeLayout, binaries: NodeBinaries) -> Compone
     argv = [str(binaries.containerd), "--config", str(layout.containerd_config)]
     # The shim and runc are found on PATH: put the cached shim first.
     env = {"PATH": f"{binaries.containerd_shim.parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
-    probe = Probe(f"unix://{layout.containerd_socket}")
+    probe = Probe(f"cri://{layout.containerd_socket}")
     return Component(f"containerd-{name}", argv, probe, env)
 
 

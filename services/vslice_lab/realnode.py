@@ -13,6 +13,7 @@ left running, unmounts everything below the nodes' directories and undoes the ho
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -213,9 +214,11 @@ def stop(layout: Layout, record: LabRecord) -> list[str]:
     """Clean what the real nodes left (see the module docstring); problems that remain."""
     problems = []
     for name in record.real_nodes:
-        left = hostchanges.kill_containers(str(node_layout(layout, name).root))
+        node = node_layout(layout, name)
+        left = hostchanges.kill_containers(str(node.root))
         if left:
             problems.append(f"{left} container process(es) of {name} did not exit")
+        shutil.rmtree(node.shim_sockets, ignore_errors=True)
     hostchanges.unmount_all(layout.root / "nodes")
     if record.host is not None:
         problems += hostchanges.restore(hostchanges.HostSnapshot.from_json(record.host))

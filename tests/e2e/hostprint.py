@@ -73,9 +73,11 @@ def fingerprint() -> HostPrint:
     cgroups = frozenset(
         str(c / "kubepods") for c in cgroup_root.iterdir() if (c / "kubepods").exists()
     )
+    paths = {path: Path(path).exists() for path in PATHS}
+    paths |= {str(p): True for p in Path("/run").glob("vslice-lab-*")}
     return HostPrint(
         sysctls=sysctls,
-        paths={path: Path(path).exists() for path in PATHS},
+        paths=paths,
         mounts=mounts,
         links=frozenset(p.name for p in Path("/sys/class/net").iterdir()),
         cgroups=cgroups,

@@ -14,7 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from vslice_services.httpserve import HttpService
 from vslice_services.monitor.collector import Utilization
-from vslice_services.monitor.main import metrics_service
+from vslice_services.monitor.main import metrics_service, no_names
 from vslice_services.monitor.settings import MonitorSettings
 from vslice_shim import abi
 from vslice_shim.region import DeviceLimit, create_region
@@ -61,7 +61,7 @@ def monitor(cache_root: Path) -> Iterator[HttpService]:
     settings = MonitorSettings(
         listen="127.0.0.1:0", backend="static", cache_root=str(cache_root), pod_names=False
     )
-    http, _ = metrics_service(settings, lambda: {"uid-1": ("team-a", "train")})
+    http, _ = metrics_service(settings, lambda _uids: {"uid-1": ("team-a", "train")})
     http.start()
     yield http
     http.stop()
@@ -156,7 +156,7 @@ def test_an_empty_node_exports_no_container_series() -> None:
     settings = MonitorSettings(
         listen="127.0.0.1:0", backend="static", cache_root="/nonexistent/vslice", pod_names=False
     )
-    http, _ = metrics_service(settings, dict)
+    http, _ = metrics_service(settings, no_names)
     http.start()
     try:
         metrics = scrape(http)
@@ -179,3 +179,30 @@ def test_utilization_is_busy_time_per_wall_time_between_samples() -> None:
     assert utilization.observe(key, 1_900_000_000) == pytest.approx(90.0)
     now[0] += 1.0
     assert utilization.observe(key, 5) is None  # counter went back: the region was recreated
+
+
+class _CountingApi:
+    def __init__(self) -> None:
+        self.calls = 0
+        self.pods: list[dict[str, object]] = []
+
+    def pods_on_node(self, node: str) -> list[dict[str, object]]:
+        self.calls += 1
+        return self.pods
+
+
+def test_a_pod_newer_than_the_last_refresh_is_named_at_once_but_not_asked_for_twice() -> None:
+    from vslice_services.monitor.podnames import PodNames
+
+    api = _CountingApi()
+    now = [100.0]
+    names = PodNames(api, "node-1", every_s=3600, clock=lambda: now[0])  # type: ignore[arg-type]
+    names.refresh()
+    api.pods = [{"metadata": {"uid": "new", "namespace": "team-a", "name": "fresh"}}]
+    now[0] += 1.5
+    assert names({"new"}) == {"new": ("team-a", "fresh")}
+    assert api.calls == 2
+    now[0] += 0.5
+    assert names({"new", "gone"})["new"] == ("team-a", "fresh")
+    assert api.calls == 2  # an unknown uid asks again at most once a second
+    assert names({"new"}) and api.calls == 2  # a known one never asks

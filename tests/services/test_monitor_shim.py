@@ -74,7 +74,7 @@ def test_memory_and_compute_recorded_by_the_shim_reach_the_metrics(
     settings = MonitorSettings(
         listen="127.0.0.1:0", backend="static", cache_root=str(root), pod_names=False
     )
-    http, _ = metrics_service(settings, lambda: {"uid-1": ("team-a", "train")})
+    http, _ = metrics_service(settings, lambda _uids: {"uid-1": ("team-a", "train")})
     http.start()
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{http.port}/metrics", timeout=5) as r:

@@ -4,7 +4,9 @@ Allocate creates ``<cache_root>/<pod uid>/<container>`` for every container it s
 in a container's life removes it. Every ``every_s`` the sweep lists the pods bound to this node
 and deletes the uid directories of pods no longer there, once untouched for ``grace_s`` (a pod
 object disappears only after the kubelet has stopped its containers, and the grace covers a
-list that lags behind an Allocate). Without an answer from the API server nothing is deleted.
+list taken just before an Allocate created a directory). Without an answer from the API server
+nothing is deleted. The settings ``region_sweep_seconds`` / ``region_grace_seconds`` (10 s /
+30 s) set both, so a deleted pod's region and its monitor metrics are gone within a minute.
 """
 
 from __future__ import annotations

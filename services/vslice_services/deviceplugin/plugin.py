@@ -102,7 +102,13 @@ class DevicePlugin:
         self.annotation = InventoryAnnotation(
             api, settings.node_name, settings.annotate_every_seconds
         )
-        self.sweeper = CacheSweeper(Path(settings.cache_root), api, settings.node_name)
+        self.sweeper = CacheSweeper(
+            Path(settings.cache_root),
+            api,
+            settings.node_name,
+            every_s=settings.region_sweep_seconds,
+            grace_s=settings.region_grace_seconds,
+        )
         self.servicer = DevicePluginServicer(self.board, self.allocator)
         self.endpoint = PluginEndpoint(
             Path(settings.device_plugin_dir),

@@ -171,6 +171,17 @@ class DevicePluginSettings(NodeServiceSettings):
         gt=0,
         description="How long Allocate keeps retrying an unreachable API server.",
     )
+    region_sweep_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="How often the region directories of pods that are gone are looked for.",
+    )
+    region_grace_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        description="A region directory is removed once its pod is gone and the directory is "
+        "at least this old (covers a pod list taken just before an Allocate).",
+    )
 
     @field_validator("resource_name")
     @classmethod

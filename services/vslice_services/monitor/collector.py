@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -97,19 +97,20 @@ class ContainerCollector(Collector):
     def __init__(
         self,
         reader: RegionReader,
-        pod_names: Callable[[], Mapping[str, tuple[str, str]]] = dict,
+        pod_names: Callable[[Collection[str]], Mapping[str, tuple[str, str]]] | None = None,
         utilization: Utilization | None = None,
     ) -> None:
         self.reader = reader
-        self.pod_names = pod_names
+        self.pod_names = pod_names or (lambda _uids: {})
         self.utilization = utilization or Utilization()
 
     def collect(self) -> Iterator[Metric]:
         families = _families()
-        names = self.pod_names()
+        read = list(self.reader.read())
+        names = self.pod_names({region.file.pod_uid for region in read})
         live: set[UsageKey] = set()
         regions = 0
-        for region in self.reader.read():
+        for region in read:
             regions += 1
             namespace, pod = names.get(region.file.pod_uid, ("", ""))
             owner = [namespace, pod, region.file.pod_uid, region.file.container]

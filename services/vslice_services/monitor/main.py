@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -29,8 +29,14 @@ def connect_api(settings: MonitorSettings) -> NodeApi:
     return ConnectingNodeApi(connect)
 
 
+def no_names(_uids: Collection[str]) -> Mapping[str, tuple[str, str]]:
+    """Pod names when the monitor may not ask the API server: none (uids only)."""
+    return {}
+
+
 def metrics_service(
-    settings: MonitorSettings, pod_names: Callable[[], dict[str, tuple[str, str]]]
+    settings: MonitorSettings,
+    pod_names: Callable[[Collection[str]], Mapping[str, tuple[str, str]]],
 ) -> tuple[HttpService, list[Callable[[], None]]]:
     """The HTTP service and the cleanups it needs at shutdown."""
     registry = CollectorRegistry()
@@ -52,7 +58,7 @@ def serve(config_path: str | None) -> int:
     # An InvalidRequest here reaches `vslice serve`, which prints it and exits 2.
     settings = load_settings(MonitorSettings, config_path)
     configure_logging("monitor", settings.log_level)
-    pod_names: Callable[[], dict[str, tuple[str, str]]] = dict
+    pod_names: Callable[[Collection[str]], Mapping[str, tuple[str, str]]] = no_names
     cleanups: list[Callable[[], None]] = []
     if settings.pod_names:
         names = PodNames(

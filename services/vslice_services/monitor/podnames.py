@@ -9,28 +9,46 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Callable, Collection
 
 from vslice_core.errors import ClusterError
 
 from vslice_services.deviceplugin.nodeapi import NodeApi
 
 log = logging.getLogger("vslice.monitor.pods")
+MIN_REFRESH_S = 1.0
 
 
 class PodNames:
-    def __init__(self, api: NodeApi, node: str, every_s: float) -> None:
+    def __init__(
+        self,
+        api: NodeApi,
+        node: str,
+        every_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._clock = clock
         self.api = api
         self.node = node
         self.every_s = every_s
         self._names: dict[str, tuple[str, str]] = {}
         self._last_error = ""
+        self._refreshed = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="pod-names", daemon=True)
 
-    def __call__(self) -> dict[str, tuple[str, str]]:
+    def __call__(self, uids: Collection[str] = ()) -> dict[str, tuple[str, str]]:
+        """The names known; a pod uid not among them (a pod newer than the last refresh) makes
+        this call refresh first, at most once per ``MIN_REFRESH_S``, so a new pod's metrics
+        carry its name at the first scrape."""
+        now = self._clock()
+        if set(uids) - self._names.keys() and now - self._refreshed >= MIN_REFRESH_S:
+            self.refresh()
         return self._names
 
     def refresh(self) -> None:
+        self._refreshed = self._clock()
         try:
             pods = self.api.pods_on_node(self.node)
         except ClusterError as exc:
