@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from vslice_core.annotations import NODE_GPUS
 from vslice_core.resources import DEFAULT_RESOURCE_NAMES
 from vslice_kube.client import api_client
 from vslice_kube.nodes import is_ready, read_node, set_node_addresses
@@ -179,7 +180,8 @@ def import_image(layout: NodeLayout, ctr: Path, archive: Path, log: Path) -> Non
 
 
 def _wait_registered(ctx: NodeContext, node: SimulatedNode) -> None:
-    """Wait for the node object, give it its loopback address, wait for Ready and its GPUs."""
+    """Wait for the node object, give it its loopback address, wait for Ready, its GPU slots
+    and the device plugin's inventory annotation (what the extender places by)."""
     name = node.name
     client = api_client(ctx.admin)
     log = ctx.layout.log(f"kubelet-{name}")
@@ -196,9 +198,13 @@ def _wait_registered(ctx: NodeContext, node: SimulatedNode) -> None:
                 addressed = True
             if found is not None:
                 allocatable = (found.get("status") or {}).get("allocatable") or {}
-                if is_ready(found) and allocatable.get(gpu) == want:
+                annotated = NODE_GPUS in ((found.get("metadata") or {}).get("annotations") or {})
+                if is_ready(found) and allocatable.get(gpu) == want and annotated:
                     return
-                last = f"Ready={is_ready(found)}, {gpu} allocatable={allocatable.get(gpu, 0)}"
+                last = (
+                    f"Ready={is_ready(found)}, {gpu} allocatable={allocatable.get(gpu, 0)}, "
+                    f"{NODE_GPUS} {'written' if annotated else 'missing'}"
+                )
             time.sleep(0.5)
     finally:
         client.close()  # type: ignore[no-untyped-call]

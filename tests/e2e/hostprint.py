@@ -56,7 +56,9 @@ def _processes() -> frozenset[str]:
         if entry.name.isdigit():
             with contextlib.suppress(OSError):
                 comm = (entry / "comm").read_text().strip()
-                if any(comm.startswith(name) for name in PROCESS_NAMES):
+                stat = (entry / "stat").read_text()
+                dead = stat[stat.rindex(")") + 2 :].startswith("Z")  # exited, not yet reaped
+                if not dead and any(comm.startswith(name) for name in PROCESS_NAMES):
                     found.add(f"{entry.name}:{comm}")
     return frozenset(found)
 

@@ -1,0 +1,97 @@
+"""Restarts under running pods on the real node: the kubelet, and vslice's device plugin.
+
+USERS.md: "Device-plugin or kubelet restarts break running pods or stop new ones from starting."
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+from realnode_pods import RealNode, parse_smoke
+from vslice_lab import lab as lab_module
+from vslice_lab.health import Probe
+
+pytestmark = pytest.mark.timeout(240)
+REREGISTER_LIMIT_S = 5.0
+
+
+def _holder(node: RealNode, namespace: str, name: str, memory_mib: int) -> dict[str, object]:
+    node.smoke_pod(
+        namespace,
+        name,
+        ["hold", "--memory", f"{memory_mib // 2}m", "--seconds", "600"],
+        memory_mib=memory_mib,
+    )
+    pod = node.wait_running(namespace, name)
+    deadline = time.monotonic() + 30
+    while "held_mib" not in node.logs(namespace, name):
+        assert time.monotonic() < deadline, node.logs(namespace, name)
+        time.sleep(0.3)
+    return pod
+
+
+def _container_id(pod: dict[str, object]) -> str:
+    statuses = pod["status"]["containerStatuses"]  # type: ignore[index]
+    return str(statuses[0]["containerID"])  # type: ignore[index]
+
+
+def _still_running(node: RealNode, namespace: str, name: str, container: str) -> None:
+    pod = node.lab.read_pod(namespace, name)
+    status = pod["status"]["containerStatuses"][0]
+    assert pod["status"]["phase"] == "Running", pod["status"]
+    assert status["restartCount"] == 0 and status["containerID"] == container, status
+    # A kubelet that has just started serves a pod's logs once it has synced its pods again.
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            logs = parse_smoke(node.logs(namespace, name))
+            break
+        except ApiException as error:
+            assert error.status == 404 and time.monotonic() < deadline, error
+            time.sleep(0.5)
+    assert logs["held_mib"] and "hold_error" not in logs and "error" not in logs, logs
+
+
+def test_a_kubelet_restart_keeps_pods_and_slices_and_the_plugin_registers_again_at_once(
+    real_node: RealNode, namespace: str
+) -> None:
+    pod = _holder(real_node, namespace, "before", 2048)
+    container = _container_id(pod)
+    registrations = real_node.plugin_status()["kubelet"]["registrations"]
+    kubelet = f"kubelet-{real_node.name}"
+    lab_module.restart(real_node.lab.state_dir, kubelet)
+    probe = Probe(f"http://127.0.0.1:{real_node.port('kubelet-healthz')}/healthz")
+    deadline = time.monotonic() + 60
+    while probe.check() is not None:
+        assert time.monotonic() < deadline, "the restarted kubelet never answered /healthz"
+        time.sleep(0.1)
+    answered = time.monotonic()
+    while real_node.plugin_status()["kubelet"]["registrations"] <= registrations:
+        waited = time.monotonic() - answered
+        assert waited < REREGISTER_LIMIT_S, f"not registered again {waited:.1f}s after restart"
+        time.sleep(0.05)
+    _still_running(real_node, namespace, "before", container)
+    text = real_node.run_smoke(namespace, "after", ["memory"], memory_mib=3072)
+    assert parse_smoke(text)["device.0.total_mib"] == "3072"
+
+
+def test_a_device_plugin_restart_leaves_running_pods_alone_and_new_pods_start(
+    real_node: RealNode, namespace: str
+) -> None:
+    pod = _holder(real_node, namespace, "before", 2048)
+    container = _container_id(pod)
+    lab_module.restart(real_node.lab.state_dir, f"device-plugin-{real_node.name}", kill=True)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if real_node.plugin_status()["kubelet"]["state"] == "registered":
+                break
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, "the restarted device plugin never registered"
+        time.sleep(0.2)
+    _still_running(real_node, namespace, "before", container)
+    text = real_node.run_smoke(namespace, "after", ["memory"], memory_mib=1536)
+    assert parse_smoke(text)["device.0.total_mib"] == "1536"
