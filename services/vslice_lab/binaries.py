@@ -221,6 +221,7 @@ def ensure_node(
             f"`apt-get install {wanted}` (or run .ci/setup)",
             component=absent[0],
         )
+    _check_runs("runc", tools["runc"])
     found = locate_node(version, extra_dirs)
     if any(path is None for path in found.values()):
         with _build_lock(cache_dir(version)):
@@ -240,6 +241,23 @@ def ensure_node(
         runc=runc,
         cni_bin_dir=cni,
     )
+
+
+def _check_runs(name: str, path: Path | None) -> None:
+    """A tool that is there but cannot even print its version fails every container later;
+    say so now, with what it printed."""
+    try:
+        result = subprocess.run(
+            [str(path), "--version"], capture_output=True, text=True, timeout=20, check=False
+        )
+    except OSError as error:
+        raise BinaryError(f"{name} at {path} cannot run: {error}", component=name) from None
+    if result.returncode != 0:
+        said = (result.stderr or result.stdout).strip()[-300:]
+        raise BinaryError(
+            f"{name} at {path} fails (`{name} --version` exit {result.returncode}): {said}",
+            component=name,
+        )
 
 
 @contextlib.contextmanager

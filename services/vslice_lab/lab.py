@@ -99,6 +99,12 @@ def up(options: LabOptions) -> LabRecord:
         _teardown(layout, previous)
     nodes = load_inventory(options.inventory) if options.inventory else []
     binaries = binaries_module.ensure(options.version, options.bin_dirs, quiet=False)
+    shim = ShimBuild(options.shim_build or default_shim_build())
+    real, note = realnode.choose(nodes, shim) if options.real_nodes else ([], "")
+    if real:
+        # Before anything starts: a missing or broken runc, CNI plugin, kubelet or containerd
+        # build fails here, naming it, with nothing to tear down.
+        binaries_module.ensure_node(options.version, options.bin_dirs)
     layout.prepare()
     unknown = sorted(set(options.ports) - set(PORT_NAMES))
     if unknown:
@@ -109,8 +115,11 @@ def up(options: LabOptions) -> LabRecord:
         )
     record = LabRecord(version=options.version, ports={**free_ports(PORT_NAMES), **options.ports})
     record.inventory = str(options.inventory.resolve()) if options.inventory else ""
+    record.real_node_note = note
+    if note:
+        say(f"no real node: {note}")
     try:
-        _start_all(layout, options, binaries, record, nodes, say)
+        _start_all(layout, options, binaries, record, nodes, real, say)
     except BaseException:
         _teardown(layout, record)
         raise
@@ -123,6 +132,7 @@ def _start_all(
     binaries: binaries_module.Binaries,
     record: LabRecord,
     nodes: Sequence[SimulatedNode],
+    real: Sequence[SimulatedNode],
     say: Callable[[str], None],
 ) -> None:
     certs = prepare_pki(layout)
@@ -148,11 +158,6 @@ def _start_all(
     if record.webhook:
         say("registering the vslice webhook")
         cluster.register_webhook(f"https://{HOST}:{ports['vslice-webhook']}/mutate", certs.ca.cert)
-    shim = ShimBuild(options.shim_build or default_shim_build())
-    real, note = realnode.choose(nodes, shim) if options.real_nodes else ([], "")
-    if note:
-        record.real_node_note = note
-        say(f"no real node: {note}")
     simulated = [node for node in nodes if node not in real]
     if simulated:
         say(f"creating {len(simulated)} simulated GPU node(s)")
@@ -169,7 +174,7 @@ def _start_all(
             inventory_file=options.inventory or DEFAULT_INVENTORY,
             version=options.version,
             bin_dirs=options.bin_dirs,
-            shim=shim,
+            shim=ShimBuild(options.shim_build or default_shim_build()),
             timeout=options.timeout,
             launch=lambda group: _launch(layout, record, say, group, options.timeout),
             say=say,

@@ -209,12 +209,12 @@ def preflight(shim: ShimBuild) -> str | None:
         return f"a real node needs write access to cgroups ({target} is not writable)"
     if "overlay" not in Path("/proc/filesystems").read_text():
         return "a real node needs the overlay filesystem (containerd's snapshotter)"
-    socket_path = DEVICE_PLUGIN_DIR / "kubelet.sock"
-    if socket_path.exists() and _answers(socket_path):
-        return f"another kubelet already serves {socket_path} on this machine"
     missing = shim.missing()
     if missing:
         return f"{missing[0]} is missing: build the shim with `make -C shim`"
+    socket_path = DEVICE_PLUGIN_DIR / "kubelet.sock"
+    if socket_path.exists() and _answers(socket_path):
+        return f"another kubelet already serves {socket_path} on this machine"
     return None
 
 

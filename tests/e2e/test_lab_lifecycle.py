@@ -9,8 +9,6 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -183,41 +181,3 @@ def test_a_component_that_dies_during_up_is_named_with_the_end_of_its_log(
     assert "scheduler config rejected: boom" in message
     assert str(Layout.at(small_lab.state_dir).log("kube-scheduler")) in message
     assert _processes_using(small_lab.state_dir) == []
-
-
-def test_the_readme_commands_bring_up_a_lab_run_a_first_slice_and_stop_it(
-    tmp_path: Path,
-) -> None:
-    state_dir = tmp_path / "readme-lab"
-
-    def vslice(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "vslice.cli", "lab", *args, "--state-dir", str(state_dir)],
-            capture_output=True,
-            text=True,
-            cwd=Path(__file__).resolve().parents[2],
-            timeout=240,
-            check=False,
-        )
-
-    try:
-        services = all(lab_module.services_installed().values())
-        up = vslice("up", *(["--example"] if services else ["--no-services"]))
-        assert up.returncode == 0, up.stderr
-        # stdout is exactly the line to eval; progress and the example go to stderr.
-        assert up.stdout == f"export KUBECONFIG={state_dir.resolve() / 'kubeconfig'}\n"
-        if services:
-            assert "example-slice" in up.stderr
-            assert "lab-" in up.stderr  # where the slice landed
-        status = vslice("status")
-        assert status.returncode == 0, status.stdout
-        assert "kube-scheduler" in status.stdout and "UNHEALTHY" not in status.stdout
-        assert "nodes Ready 3/3" in status.stdout
-    finally:
-        down = vslice("down")
-    assert down.returncode == 0, down.stderr
-    assert "kube-apiserver" in down.stdout
-    assert _processes_using(state_dir) == []
-    after = vslice("status")
-    assert after.returncode == 1
-    assert "no lab recorded" in after.stdout

@@ -59,7 +59,7 @@ def _kinds(notebook: Any) -> list[str]:
 
 
 def test_quickstart_requests_a_slice_and_shows_where_it_landed(
-    lab: LabHandle, namespace: str, monkeypatch: pytest.MonkeyPatch
+    lab: LabHandle, namespace: str, monkeypatch: pytest.MonkeyPatch, real_node: Any
 ) -> None:
     notebook = _execute("01-quickstart", lab, namespace, monkeypatch)
     text = _text(notebook)
@@ -67,6 +67,9 @@ def test_quickstart_requests_a_slice_and_shows_where_it_landed(
     assert "fits on" in text
     assert f"{namespace}/vslice-" in text  # the placement names the pod in our namespace
     assert "memory MiB: 10240 cores %: 30" in text
+    # vslice-smoke on the real node: what the process in the container saw of its slice
+    assert "device.0.name=NVIDIA-L4" in text
+    assert "device.0.total_mib=4096" in text and "oom_error=CUDA_ERROR_OUT_OF_MEMORY" in text
     assert "1 GPU, 90 GiB does not fit:" in text
     for node in lab.record.nodes:
         assert f"{node}: not enough free GPU memory" in text

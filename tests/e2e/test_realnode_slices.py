@@ -9,12 +9,16 @@ card add up against that card).
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 import vslice
 from realnode_pods import RealNode, parse_smoke
+from vslice_lab import images
 
 pytestmark = pytest.mark.timeout(240)
 STEP_MIB = 256
@@ -198,3 +202,46 @@ def test_pods_of_different_sizes_created_together_each_get_their_own_slice(
         if pod["status"]["phase"] != "Succeeded" or seen.get("device.0.total_mib") != str(size):
             wrong.append((name, size, seen.get("device.0.total_mib"), pod["status"]["phase"]))
     assert wrong == []
+
+
+def test_a_users_own_image_is_imported_with_one_command_and_runs(
+    real_node: RealNode, namespace: str, tmp_path: Path
+) -> None:
+    busybox = Path("/bin/busybox")
+    files = [images.ImageFile("bin/busybox", source=busybox)]
+    files += [images.ImageFile(f"bin/{name}", link="busybox") for name in ("sh", "echo")]
+    spec = images.ImageSpec("example.org/team/mine:2", files, cmd=["sh", "-c", "echo mine-ran"])
+    images.write_archive(spec, tmp_path / "mine.tar")
+    state_dir = str(real_node.lab.state_dir)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vslice.cli",
+            "lab",
+            "import-image",
+            str(tmp_path / "mine.tar"),
+            "--state-dir",
+            state_dir,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert real_node.name in result.stdout
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "mine"},
+        "spec": {
+            "restartPolicy": "Never",
+            "nodeSelector": {"kubernetes.io/hostname": real_node.name},
+            "containers": [{"name": "main", "image": "example.org/team/mine:2"}],
+        },
+    }
+    real_node.lab.core.create_namespaced_pod(namespace, body)
+    pod = real_node.wait_finished(namespace, "mine")
+    assert pod["status"]["phase"] == "Succeeded"
+    assert real_node.logs(namespace, "mine").strip() == "mine-ran"

@@ -151,16 +151,19 @@ def test_logs_are_read_through_the_api_server_and_failures_are_cluster_errors(
         assert isinstance(text, str)
 
 
+INVENTORY_GPUS = 16  # inventory/lab/cluster.yaml: 2 A100, 4 T4, 8 H100 (simulated), 2 L4 (real)
+
+
 def test_the_client_works_inside_a_running_event_loop(client: vslice.Client) -> None:
     async def inside_a_notebook() -> int:
         return len(client.gpus())
 
-    assert asyncio.run(inside_a_notebook()) == 14
+    assert asyncio.run(inside_a_notebook()) == INVENTORY_GPUS
 
 
 def test_the_widgets_read_the_live_cluster(client: vslice.Client) -> None:
     view = vslice.ClusterView(client)
-    assert len(view.rows.children) == 14
+    assert len(view.rows.children) == INVENTORY_GPUS
     picker = vslice.SlicePicker(client)
     models = [value for _, value in picker.model.options]
     assert models == ["", "NVIDIA-A100-SXM4-80GB", "NVIDIA-H100-80GB-HBM3", "Tesla-T4"]

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import tomllib
 from pathlib import Path
 
-from vslice_lab import hostchanges, nodeconfig
+import pytest
+from vslice_lab import hostchanges, nodeconfig, realnode
 from vslice_lab.binaries import NodeBinaries
 from vslice_lab.inventory import load_inventory
 from vslice_lab.pki import KeyPair
@@ -100,3 +102,40 @@ def test_a_snapshot_round_trips_through_the_lab_record() -> None:
     again = hostchanges.HostSnapshot.from_json(json.loads(json.dumps(snap.to_json())))
     assert again == snap
     assert set(snap.sysctls) <= set(hostchanges.SYSCTLS)
+
+
+def test_a_machine_that_cannot_run_a_real_node_simulates_it_and_says_why(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    nodes = load_inventory(REPO / "inventory/lab/cluster.yaml")
+    monkeypatch.setattr(nodeconfig.os, "geteuid", lambda: 1000)
+    real, note = realnode.choose(nodes, nodeconfig.ShimBuild(tmp_path))
+    assert real == []
+    assert note == (
+        "a real node needs root (containerd and the kubelet manage mounts and cgroups); "
+        "simulating lab-l4 instead"
+    )
+
+
+def test_without_the_shim_built_the_real_node_is_simulated_with_the_command_to_run(
+    tmp_path: Path,
+) -> None:
+    nodes = load_inventory(REPO / "inventory/lab/cluster.yaml")
+    real, note = realnode.choose(nodes, nodeconfig.ShimBuild(tmp_path / "empty"))
+    assert real == [] and "make -C shim" in note
+
+
+def test_only_one_real_node_runs_per_machine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(nodeconfig, "preflight", lambda _shim: None)
+    nodes = load_inventory(REPO / "inventory/lab/cluster.yaml")
+    doubled = [
+        *nodes,
+        dataclasses.replace(
+            nodes[-1], inventory=nodes[-1].inventory.model_copy(update={"name": "lab-l4-b"})
+        ),
+    ]
+    real, note = realnode.choose(doubled, nodeconfig.ShimBuild(tmp_path))
+    assert [n.name for n in real] == ["lab-l4"]
+    assert "one real node per machine" in note and "lab-l4-b" in note
