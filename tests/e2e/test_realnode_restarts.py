@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 
 import pytest
+import yaml
 from kubernetes.client.exceptions import ApiException
 from realnode_pods import RealNode, parse_smoke
 from vslice_lab import lab as lab_module
@@ -83,15 +84,44 @@ def test_a_device_plugin_restart_leaves_running_pods_alone_and_new_pods_start(
     pod = _holder(real_node, namespace, "before", 2048)
     container = _container_id(pod)
     lab_module.restart(real_node.lab.state_dir, f"device-plugin-{real_node.name}", kill=True)
-    deadline = time.monotonic() + 30
+    _wait_registered(real_node)
+    _still_running(real_node, namespace, "before", container)
+    text = real_node.run_smoke(namespace, "after", ["memory"], memory_mib=1536)
+    assert parse_smoke(text)["device.0.total_mib"] == "1536"
+
+
+def test_without_cdi_the_plain_mounts_fallback_gives_a_container_the_same_slice(
+    real_node: RealNode, namespace: str
+) -> None:
+    """``injection: mounts`` (runtimes without CDI): the same shim, driver, devices and limits
+    reach the container through Allocate's mounts, env and device nodes."""
+    settings_file = real_node.layout.settings("device-plugin")
+    original = settings_file.read_text()
+    component = f"device-plugin-{real_node.name}"
+    settings_file.write_text(yaml.safe_dump({**yaml.safe_load(original), "injection": "mounts"}))
+    try:
+        lab_module.restart(real_node.lab.state_dir, component)
+        _wait_registered(real_node)
+        assert real_node.plugin_status()["injection"] == "mounts"
+        text = real_node.run_smoke(namespace, "plain", ["memory"], memory_mib=2560, cores=40)
+        seen = parse_smoke(text)
+        assert seen["device.0.total_mib"] == "2560" and seen["nvml.0.total_mib"] == "2560"
+        assert seen["oom_error"] == "CUDA_ERROR_OUT_OF_MEMORY"
+        assert 2560 - 256 < int(seen["max_allocated_mib"]) <= 2560
+    finally:
+        settings_file.write_text(original)
+        lab_module.restart(real_node.lab.state_dir, component)
+        _wait_registered(real_node)
+    assert real_node.plugin_status()["injection"] == "cdi"
+
+
+def _wait_registered(node: RealNode, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
     while True:
         try:
-            if real_node.plugin_status()["kubelet"]["state"] == "registered":
-                break
+            if node.plugin_status()["kubelet"]["state"] == "registered":
+                return
         except OSError:
             pass
         assert time.monotonic() < deadline, "the restarted device plugin never registered"
         time.sleep(0.2)
-    _still_running(real_node, namespace, "before", container)
-    text = real_node.run_smoke(namespace, "after", ["memory"], memory_mib=1536)
-    assert parse_smoke(text)["device.0.total_mib"] == "1536"
