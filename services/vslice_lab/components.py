@@ -47,6 +47,8 @@ class Certificates:
     service_account: KeyPair
     kubelet_client: KeyPair
     """The API server's client certificate towards kubelets (logs, exec)."""
+    allocation_keys: Path
+    """Allocation proof keys (``vslice_core.proof``): the extender signs, device plugins verify."""
 
 
 def _etcd_supports_no_fsync(etcd: Path) -> bool:

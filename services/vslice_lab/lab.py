@@ -324,6 +324,7 @@ def prepare_pki(layout: Layout) -> Certificates:
             common_name="kube-apiserver-kubelet-client",
             organization="system:masters",
         ),
+        allocation_keys=pki.ensure_allocation_keys(directory),
     )
 
 

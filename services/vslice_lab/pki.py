@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -186,3 +187,18 @@ def ensure_signing_key(directory: Path) -> KeyPair:
     )
     pair.cert.write_bytes(public)
     return pair
+
+
+def ensure_allocation_keys(directory: Path) -> Path:
+    """The lab's allocation proof key file (``vslice_core.proof``), created once: the extender
+    signs with it, the real nodes' device plugins verify with it. Readable by root only."""
+    path = directory / "allocation.keys"
+    if not path.exists():
+        directory.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(".partial")
+        partial.write_text(
+            f"# vslice allocation proof keys: <key id> <hex key>\nlab-1 {secrets.token_hex(32)}\n"
+        )
+        partial.chmod(0o600)
+        partial.replace(path)
+    return path
