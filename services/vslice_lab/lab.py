@@ -100,7 +100,7 @@ def up(options: LabOptions) -> LabRecord:
     nodes = load_inventory(options.inventory) if options.inventory else []
     binaries = binaries_module.ensure(options.version, options.bin_dirs, quiet=False)
     shim = ShimBuild(options.shim_build or default_shim_build())
-    real, note = realnode.choose(nodes, shim) if options.real_nodes else ([], "")
+    real, note = realnode.choose(nodes, shim, layout.root) if options.real_nodes else ([], "")
     if real:
         # Before anything starts: a missing or broken runc, CNI plugin, kubelet or containerd
         # build fails here, naming it, with nothing to tear down.

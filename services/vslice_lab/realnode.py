@@ -13,6 +13,7 @@ left running, unmounts everything below the nodes' directories and undoes the ho
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import time
@@ -26,7 +27,7 @@ from vslice_kube.client import api_client
 from vslice_kube.nodes import is_ready, read_node, set_node_addresses
 
 from vslice_lab import binaries as binaries_module
-from vslice_lab import configs, hostchanges, images, nodeconfig, pki, state
+from vslice_lab import configs, hostchanges, images, nodeconfig, pki, processes, state
 from vslice_lab.components import Certificates, Component
 from vslice_lab.errors import LabError
 from vslice_lab.inventory import SimulatedNode
@@ -60,12 +61,59 @@ def node_layout(layout: Layout, name: str) -> NodeLayout:
     return NodeLayout(layout.root / "nodes" / name)
 
 
-def choose(nodes: Sequence[SimulatedNode], shim: ShimBuild) -> tuple[list[SimulatedNode], str]:
-    """The real nodes that will run here and, when some must be simulated instead, why."""
+CLAIM = Path("/run/vslice-lab-real-node")
+"""Which lab runs this machine's real node: the state dir of its owner. Taken with O_EXCL when
+a lab chooses its real node, so two labs starting at once never both start a kubelet (the
+kubelet's socket, which ``preflight`` also checks, appears only seconds later)."""
+
+
+def claim(owner: Path) -> str | None:
+    """Take this machine's real node for the lab in ``owner``; None on success, else which lab
+    holds it. A claim whose lab no longer runs is taken over."""
+    for _ in range(2):
+        try:
+            fd = os.open(CLAIM, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            holder = _claim_holder()
+            if holder == str(owner):
+                return None
+            if holder and _lab_runs(Path(holder)):
+                return f"the lab in {holder} runs this machine's real node"
+            CLAIM.unlink(missing_ok=True)  # a lab that crashed or was stopped without down
+            continue
+        with os.fdopen(fd, "w") as out:
+            out.write(str(owner))
+        return None
+    return f"{CLAIM} could not be taken"
+
+
+def release(owner: Path) -> None:
+    """Give the real node back, if the lab in ``owner`` holds it."""
+    if _claim_holder() == str(owner):
+        CLAIM.unlink(missing_ok=True)
+
+
+def _claim_holder() -> str:
+    try:
+        return CLAIM.read_text().strip()
+    except OSError:
+        return ""
+
+
+def _lab_runs(state_dir: Path) -> bool:
+    record = state.load(Layout.at(state_dir))
+    return record is not None and any(processes.alive(p) for p in record.processes)
+
+
+def choose(
+    nodes: Sequence[SimulatedNode], shim: ShimBuild, owner: Path
+) -> tuple[list[SimulatedNode], str]:
+    """The real nodes that will run here (claimed for the lab in ``owner``) and, when some must
+    be simulated instead, why."""
     wanted = [node for node in nodes if node.real]
     if not wanted:
         return [], ""
-    reason = nodeconfig.preflight(shim)
+    reason = nodeconfig.preflight(shim) or claim(owner)
     if reason is not None:
         return [], f"{reason}; simulating {', '.join(n.name for n in wanted)} instead"
     if len(wanted) > 1:
@@ -228,4 +276,5 @@ def stop(layout: Layout, record: LabRecord) -> list[str]:
     hostchanges.unmount_all(layout.root / "nodes")
     if record.host is not None:
         problems += hostchanges.restore(hostchanges.HostSnapshot.from_json(record.host))
+    release(layout.root)
     return problems

@@ -8,6 +8,7 @@ import io
 import json
 import subprocess
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -77,6 +78,12 @@ def test_a_missing_host_file_names_the_file(tmp_path: Path) -> None:
         images.write_archive(spec, tmp_path / "bad.tar")
 
 
+def _catches_sigterm(pid: int) -> bool:
+    status = Path(f"/proc/{pid}/status").read_text()
+    caught = next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(int(caught, 16) & (1 << (15 - 1)))
+
+
 def test_the_sandbox_program_is_static_and_stops_on_sigterm(tmp_path: Path) -> None:
     binary = images.build_pause(tmp_path)
     headers = subprocess.run(
@@ -84,6 +91,10 @@ def test_the_sandbox_program_is_static_and_stops_on_sigterm(tmp_path: Path) -> N
     ).stdout
     assert "INTERP" not in headers  # no dynamic loader: the image needs nothing else
     process = subprocess.Popen([str(binary)])
+    deadline = time.monotonic() + 5
+    while not _catches_sigterm(process.pid):  # its handler is installed (SigCgt bit 15)
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
     process.terminate()
     assert process.wait(timeout=5) == 0
 

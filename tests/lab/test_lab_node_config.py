@@ -109,7 +109,7 @@ def test_a_machine_that_cannot_run_a_real_node_simulates_it_and_says_why(
 ) -> None:
     nodes = load_inventory(REPO / "inventory/lab/cluster.yaml")
     monkeypatch.setattr(nodeconfig.os, "geteuid", lambda: 1000)
-    real, note = realnode.choose(nodes, nodeconfig.ShimBuild(tmp_path))
+    real, note = realnode.choose(nodes, nodeconfig.ShimBuild(tmp_path), tmp_path)
     assert real == []
     assert note == (
         "a real node needs root (containerd and the kubelet manage mounts and cgroups); "
@@ -121,7 +121,7 @@ def test_without_the_shim_built_the_real_node_is_simulated_with_the_command_to_r
     tmp_path: Path,
 ) -> None:
     nodes = load_inventory(REPO / "inventory/lab/cluster.yaml")
-    real, note = realnode.choose(nodes, nodeconfig.ShimBuild(tmp_path / "empty"))
+    real, note = realnode.choose(nodes, nodeconfig.ShimBuild(tmp_path / "empty"), tmp_path)
     assert real == [] and "make -C shim" in note
 
 
@@ -129,6 +129,7 @@ def test_only_one_real_node_runs_per_machine(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(nodeconfig, "preflight", lambda _shim: None)
+    monkeypatch.setattr(realnode, "claim", lambda _owner: None)
     nodes = load_inventory(REPO / "inventory/lab/cluster.yaml")
     doubled = [
         *nodes,
@@ -136,6 +137,24 @@ def test_only_one_real_node_runs_per_machine(
             nodes[-1], inventory=nodes[-1].inventory.model_copy(update={"name": "lab-l4-b"})
         ),
     ]
-    real, note = realnode.choose(doubled, nodeconfig.ShimBuild(tmp_path))
+    real, note = realnode.choose(doubled, nodeconfig.ShimBuild(tmp_path), tmp_path)
     assert [n.name for n in real] == ["lab-l4"]
     assert "one real node per machine" in note and "lab-l4-b" in note
+
+
+def test_two_labs_never_both_claim_the_real_node(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(realnode, "CLAIM", tmp_path / "claim")
+    first, second = tmp_path / "lab-a", tmp_path / "lab-b"
+    assert realnode.claim(first) is None
+    assert realnode.claim(first) is None  # the owner again: still its own
+    # lab-a has no running record, so its claim is stale and lab-b takes it over ...
+    assert realnode.claim(second) is None
+    monkeypatch.setattr(realnode, "_lab_runs", lambda _dir: True)
+    # ... while a running lab's claim is kept, and named.
+    assert realnode.claim(first) == f"the lab in {second} runs this machine's real node"
+    realnode.release(first)  # not the holder: nothing happens
+    assert (tmp_path / "claim").read_text() == str(second)
+    realnode.release(second)
+    assert not (tmp_path / "claim").exists()
