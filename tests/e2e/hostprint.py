@@ -36,6 +36,7 @@ PATHS = (
     "/var/run/cdi",
     "/var/run/nri",
     "/etc/kubernetes",
+    "/run/vslice-lab-real-node",
 )
 PROCESS_NAMES = ("kubelet", "containerd", "containerd-shim", "runc", "vslice-smoke", "pause")
 
