@@ -1,9 +1,24 @@
-/* Limits from the environment (HAMi-compatible names), parsed once. */
+/*
+ * Limits, parsed once. Two sources, and exactly one of them is trusted (docs/shim.md):
+ *
+ * - the limits file: the fixed container path VS_LIMITS_PATH when it exists (the device
+ *   plugin mounts it read-only into every container it serves), else the file named by
+ *   VSLICE_LIMITS_FILE (tests, bare metal). When a limits file is in force the environment
+ *   can only lower a limit, never raise or remove one, and the region path comes from the
+ *   file as well;
+ * - otherwise the HAMi-compatible environment (CUDA_DEVICE_MEMORY_LIMIT[_i], ...).
+ *
+ * A limit that cannot be read or parsed fails closed: the device gets no memory at all
+ * (mem_limited = 1, mem_limit = 0) and one line on stderr says why.
+ */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "shim.h"
 
@@ -43,13 +58,109 @@ int vs_parse_percent(const char *text, uint32_t *out) {
     return 0;
 }
 
-/* The value for device i: NAME_<i> if set, else NAME. Writes the variable's name used. */
-static const char *lookup(const char *name, int index, char *used, size_t size) {
+/* ---- the limits file: "NAME=VALUE" lines, '#' comments, at most VS_LIMITS_MAX bytes ---- */
+
+#define VS_LIMITS_MAX 8192
+#define VS_LIMITS_ENTRIES 64
+
+static char file_text[VS_LIMITS_MAX + 1];
+static struct { const char *name, *value; } entries[VS_LIMITS_ENTRIES];
+static int entry_count;
+
+static const char *file_get(const char *name) {
+    for (int i = 0; i < entry_count; i++)
+        if (strcmp(entries[i].name, name) == 0) return entries[i].value;
+    return NULL;
+}
+
+/* Names a limits file may hold: a typo must not silently drop a limit. */
+static int known_name(const char *name) {
+    static const char *const exact[] = {"VSLICE_LIMITS_VERSION", "CUDA_DEVICE_MEMORY_LIMIT",
+                                        "CUDA_DEVICE_SM_LIMIT", "CUDA_DEVICE_MEMORY_SHARED_CACHE",
+                                        "VSLICE_CONTEXT_OVERHEAD"};
+    for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++)
+        if (strcmp(name, exact[i]) == 0) return 1;
+    static const char *const indexed[] = {"CUDA_DEVICE_MEMORY_LIMIT_", "CUDA_DEVICE_SM_LIMIT_"};
+    for (size_t i = 0; i < sizeof indexed / sizeof indexed[0]; i++) {
+        size_t n = strlen(indexed[i]);
+        if (strncmp(name, indexed[i], n) != 0) continue;
+        char *end = NULL;
+        errno = 0;
+        long index = strtol(name + n, &end, 10);
+        if (name[n] >= '0' && name[n] <= '9' && *end == '\0' && errno == 0 && index >= 0 &&
+            index < VS_MAX_DEVICES)
+            return 1;
+    }
+    return 0;
+}
+
+/* Reads and splits the file; NULL when usable, else why not (for the one stderr line). */
+static const char *load_file(const char *path, char *why, size_t length) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(why, length, "cannot be read (%s)", strerror(errno));
+        return why;
+    }
+    size_t size = 0;
+    for (;;) {
+        ssize_t n = read(fd, file_text + size, VS_LIMITS_MAX + 1 - size);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            snprintf(why, length, "cannot be read (%s)", strerror(errno));
+            close(fd);
+            return why;
+        }
+        if (n == 0) break;
+        size += (size_t)n;
+        if (size > VS_LIMITS_MAX) {
+            close(fd);
+            return "is larger than 8 KiB";
+        }
+    }
+    close(fd);
+    file_text[size] = '\0';
+    int number = 0;
+    for (char *save = NULL, *line = strtok_r(file_text, "\n", &save); line != NULL;
+         line = strtok_r(NULL, "\n", &save)) {
+        number++;
+        if (*line == '#' || *line == '\0') continue;
+        char *equals = strchr(line, '=');
+        if (equals == NULL) {
+            snprintf(why, length, "line %d is not NAME=VALUE", number);
+            return why;
+        }
+        *equals = '\0';
+        if (!known_name(line)) {
+            snprintf(why, length, "line %d names unknown setting '%.64s'", number, line);
+            return why;
+        }
+        if (entry_count == VS_LIMITS_ENTRIES) return "holds too many lines";
+        entries[entry_count].name = line;
+        entries[entry_count].value = equals + 1;
+        entry_count++;
+    }
+    const char *version = file_get("VSLICE_LIMITS_VERSION");
+    if (version == NULL) return "has no VSLICE_LIMITS_VERSION line";
+    if (strcmp(version, "1") != 0) {
+        snprintf(why, length, "has VSLICE_LIMITS_VERSION=%.16s, this shim reads 1", version);
+        return why;
+    }
+    return NULL;
+}
+
+/* ---- lookups ---- */
+
+typedef const char *(*source_fn)(const char *name);
+
+static const char *env_get(const char *name) { return getenv(name); }
+
+/* The value for device i: NAME_<i> if set, else NAME. Writes the name used. */
+static const char *lookup(source_fn get, const char *name, int index, char *used, size_t size) {
     snprintf(used, size, "%s_%d", name, index);
-    const char *text = getenv(used);
+    const char *text = get(used);
     if (text != NULL) return text;
     snprintf(used, size, "%s", name);
-    return getenv(name);
+    return get(name);
 }
 
 /* A bad global value is reported once (for device 0), a bad per-device value for its device. */
@@ -57,37 +168,119 @@ static int reported_here(const char *used, const char *base, int index) {
     return strlen(used) > strlen(base) || index == 0;
 }
 
-static void read_limits(int index) {
+static void close_device(int index) {
+    config.mem_limited[index] = 1;
+    config.mem_limit[index] = 0;
+    config.tracking = 1;
+}
+
+/* Limits from the environment alone (no limits file). */
+static void env_limits(int index) {
     char name[64];
     const char *base = "CUDA_DEVICE_MEMORY_LIMIT";
-    const char *text = lookup(base, index, name, sizeof name);
-    if (text != NULL && *text != '\0' && vs_parse_size(text, &config.mem_limit[index]) != 0) {
-        config.mem_limit[index] = 0;
-        if (reported_here(name, base, index))
-            VS_LOG(VS_ERROR, "%s='%s' is not a size (e.g. 4096m, 4g); running without a memory "
-                             "limit for %s", name, text, strlen(name) > strlen(base) ? "this device" : "any device");
+    const char *text = lookup(env_get, base, index, name, sizeof name);
+    if (text != NULL && *text != '\0') {
+        if (vs_parse_size(text, &config.mem_limit[index]) == 0) {
+            config.mem_limited[index] = config.mem_limit[index] != 0;
+        } else {
+            close_device(index);
+            if (reported_here(name, base, index))
+                VS_LOG(VS_ERROR, "%s='%s' is not a size (e.g. 4096m, 4g); %s gets no GPU memory",
+                       name, text, strlen(name) > strlen(base) ? "this device" : "every device");
+        }
     }
     base = "CUDA_DEVICE_SM_LIMIT";
-    text = lookup(base, index, name, sizeof name);
+    text = lookup(env_get, base, index, name, sizeof name);
     if (text != NULL && *text != '\0' && vs_parse_percent(text, &config.sm_limit[index]) != 0) {
         config.sm_limit[index] = 0;
+        close_device(index);
         if (reported_here(name, base, index))
-            VS_LOG(VS_ERROR, "%s='%s' is not a percentage 0-100; running without a compute "
-                             "limit for %s", name, text, strlen(name) > strlen(base) ? "this device" : "any device");
+            VS_LOG(VS_ERROR, "%s='%s' is not a percentage 0-100; %s gets no GPU memory", name,
+                   text, strlen(name) > strlen(base) ? "this device" : "every device");
     }
+}
+
+/* Limits from the file; the environment may lower them. A device the file gives no memory
+   limit gets no memory: the device plugin writes one for every device it grants. */
+static void file_limits(int index, const char *path) {
+    char name[64], env_name[64];
+    const char *base = "CUDA_DEVICE_MEMORY_LIMIT";
+    const char *text = lookup(file_get, base, index, name, sizeof name);
+    if (text == NULL || vs_parse_size(text, &config.mem_limit[index]) != 0) {
+        close_device(index);
+        if (text != NULL && reported_here(name, base, index))
+            VS_LOG(VS_ERROR, "limits file %s: %s='%s' is not a size; %s gets no GPU memory", path,
+                   name, text, strlen(name) > strlen(base) ? "this device" : "every device");
+        else if (text == NULL && index == 0) /* the first device is always granted */
+            VS_LOG(VS_ERROR, "limits file %s has no CUDA_DEVICE_MEMORY_LIMIT_0; device 0 gets no "
+                             "GPU memory", path);
+    } else {
+        config.mem_limited[index] = 1;
+        uint64_t lower = 0;
+        const char *env = lookup(env_get, base, index, env_name, sizeof env_name);
+        if (env != NULL && vs_parse_size(env, &lower) == 0 && lower != 0 &&
+            lower < config.mem_limit[index])
+            config.mem_limit[index] = lower;
+    }
+    base = "CUDA_DEVICE_SM_LIMIT";
+    text = lookup(file_get, base, index, name, sizeof name);
+    if (text != NULL && vs_parse_percent(text, &config.sm_limit[index]) != 0) {
+        config.sm_limit[index] = 0;
+        close_device(index);
+        if (reported_here(name, base, index))
+            VS_LOG(VS_ERROR, "limits file %s: %s='%s' is not a percentage; %s gets no GPU memory",
+                   path, name, text, strlen(name) > strlen(base) ? "this device" : "every device");
+        return;
+    }
+    uint32_t granted = config.sm_limit[index] == 0 ? 100 : config.sm_limit[index], lower = 0;
+    const char *env = lookup(env_get, base, index, env_name, sizeof env_name);
+    if (env != NULL && vs_parse_percent(env, &lower) == 0 && lower != 0 && lower < granted)
+        config.sm_limit[index] = lower;
+}
+
+static void finish_device(int index) {
     if (config.sm_limit[index] >= 100) config.sm_limit[index] = 0; /* 100% = the whole device */
-    if (config.mem_limit[index] != 0 || config.sm_limit[index] != 0) config.tracking = 1;
+    if (config.mem_limited[index] || config.sm_limit[index] != 0) config.tracking = 1;
     if (config.sm_limit[index] != 0) config.pacing = 1;
 }
 
+/* The limits file in force: the fixed container path when it exists, else VSLICE_LIMITS_FILE.
+   A tenant can neither remove nor replace the read-only mount, and pointing the variable
+   elsewhere changes nothing while the fixed file exists. */
+static const char *limits_path(void) {
+    struct stat st;
+    if (lstat(VS_LIMITS_PATH, &st) == 0) return VS_LIMITS_PATH;
+    const char *path = getenv("VSLICE_LIMITS_FILE");
+    return path != NULL && *path != '\0' ? path : NULL;
+}
+
 static void read_config(void) {
-    for (int i = 0; i < VS_MAX_DEVICES; i++) read_limits(i);
-    const char *path = getenv("CUDA_DEVICE_MEMORY_SHARED_CACHE");
-    if (path != NULL && *path != '\0') {
-        config.region_path = path;
+    const char *path = limits_path();
+    char why[160];
+    const char *problem = path != NULL ? load_file(path, why, sizeof why) : NULL;
+    if (problem != NULL) {
+        VS_LOG(VS_ERROR, "limits file %s %s; this container gets no GPU memory", path, problem);
+        config.limits_file = path;
+        for (int i = 0; i < VS_MAX_DEVICES; i++) close_device(i);
+    } else if (path != NULL) {
+        config.limits_file = path;
+        for (int i = 0; i < VS_MAX_DEVICES; i++) file_limits(i, path);
+        const char *region = file_get("CUDA_DEVICE_MEMORY_SHARED_CACHE");
+        if (region != NULL && *region != '\0') config.region_path = region;
         config.tracking = 1;
+    } else {
+        for (int i = 0; i < VS_MAX_DEVICES; i++) env_limits(i);
+        const char *region = getenv("CUDA_DEVICE_MEMORY_SHARED_CACHE");
+        if (region != NULL && *region != '\0') {
+            config.region_path = region;
+            config.tracking = 1;
+        }
     }
-    const char *overhead = getenv("VSLICE_CONTEXT_OVERHEAD");
+    for (int i = 0; i < VS_MAX_DEVICES; i++) finish_device(i);
+    /* With a limits file the overhead charged is the node's setting: a process must not make
+       its own context free. */
+    const char *overhead = config.limits_file != NULL ? file_get("VSLICE_CONTEXT_OVERHEAD")
+                                                      : getenv("VSLICE_CONTEXT_OVERHEAD");
     if (overhead == NULL || *overhead == '\0' || strcmp(overhead, "auto") == 0) {
         config.context_overhead_auto = 1;
     } else if (vs_parse_size(overhead, &config.context_overhead) != 0) {

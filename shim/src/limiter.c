@@ -77,12 +77,12 @@ static void wait_first_measure(int dev, struct device_samples *ds) {
     }
 }
 
-static void refill(vs_region_device *d, uint64_t now) {
+static void refill(vs_region_device *d, uint64_t now, uint32_t sm_limit) {
     if (now > d->refill_ns) {
-        d->tokens_ns += (int64_t)((now - d->refill_ns) * d->sm_limit / 100);
+        d->tokens_ns += (int64_t)((now - d->refill_ns) * sm_limit / 100);
         d->refill_ns = now;
     }
-    int64_t cap = BURST_NS * d->sm_limit / 100;
+    int64_t cap = BURST_NS * sm_limit / 100;
     if (d->tokens_ns > cap) d->tokens_ns = cap;
 }
 
@@ -91,18 +91,20 @@ static int draw(int dev, int64_t cost, struct device_samples *ds) {
     for (;;) {
         if (vs_region_lock() != 0) return -1;
         vs_region_device *d = &vs_region_map()->devices[dev];
-        if (d->sm_limit == 0) {
+        /* this process's limit, not the region's copy: the container can write the region */
+        uint32_t sm_limit = vs_sm_limit(dev);
+        if (sm_limit == 0) {
             vs_region_unlock();
             return -1;
         }
-        refill(d, vs_now_ns());
+        refill(d, vs_now_ns(), sm_limit);
         if (d->tokens_ns > 0) {
             d->tokens_ns -= cost;
             d->launches++;
             vs_region_unlock();
             return 0;
         }
-        int64_t wait = -d->tokens_ns * 100 / d->sm_limit + 1000;
+        int64_t wait = -d->tokens_ns * 100 / sm_limit + 1000;
         vs_region_unlock();
         if (wait > MAX_SLEEP_NS) wait = MAX_SLEEP_NS;
         struct timespec ts = {wait / 1000000000ll, wait % 1000000000ll};

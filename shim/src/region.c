@@ -27,6 +27,9 @@ static int shared;             /* 1 = the container's region file, 0 = private t
 static pthread_once_t attach_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t local_lock = PTHREAD_MUTEX_INITIALIZER; /* device map, slot taking */
 static int device_map[64];     /* CUDA ordinal -> region device index + 1 (0 = unknown) */
+/* Region device -> container index + 1 (0 = not registered by this process). Kept here, not in
+   the region: the region is writable by the container, so limits are never read back from it. */
+static int local_index[VS_MAX_DEVICES];
 
 uint64_t vs_now_ns(void) {
     struct timespec ts;
@@ -325,9 +328,12 @@ static int register_device(CUdevice ordinal, const uint8_t uuid[16]) {
         __atomic_store_n(&region->header.device_count, found + 1, __ATOMIC_RELEASE);
     }
     if (found >= 0) {
+        /* The region's limit fields are a copy for readers (the monitor), rewritten by every
+           process that registers the device; enforcement uses local_index. */
         vs_region_device *d = &region->devices[found];
-        if (d->mem_limit == 0) d->mem_limit = config->mem_limit[index];
-        if (d->sm_limit == 0) d->sm_limit = config->sm_limit[index];
+        d->mem_limit = config->mem_limited[index] ? config->mem_limit[index] : 0;
+        d->sm_limit = config->sm_limit[index];
+        local_index[found] = index + 1;
     }
     vs_region_unlock();
     if (found < 0) VS_LOG(VS_ERROR, "the region holds %d devices already; device %d is not "
@@ -356,15 +362,35 @@ int vs_current_device(void) {
     return vs_device_index(device);
 }
 
-static int fits(const vs_region_device *d, uint64_t bytes) {
-    return d->mem_limit == 0 || (d->mem_used <= d->mem_limit && bytes <= d->mem_limit - d->mem_used);
+int vs_local_index(int dev) {
+    return dev >= 0 && dev < VS_MAX_DEVICES ? local_index[dev] - 1 : -1;
+}
+
+/* This process's memory limit for region device dev: 1 = *limit holds, 0 = none. A device
+   this process never registered (an NVML reader) has no index here: the caller decides. */
+static int limit_of(int dev, uint64_t *limit) {
+    int index = vs_local_index(dev);
+    const struct vs_config *config = vs_config();
+    if (index < 0 || !config->mem_limited[index]) return 0;
+    *limit = config->mem_limit[index];
+    return 1;
+}
+
+uint32_t vs_sm_limit(int dev) {
+    int index = vs_local_index(dev);
+    return index < 0 ? 0 : vs_config()->sm_limit[index];
+}
+
+static int fits(int dev, uint64_t bytes) {
+    uint64_t limit = 0, used = region->devices[dev].mem_used;
+    return !limit_of(dev, &limit) || (used <= limit && bytes <= limit - used);
 }
 
 int vs_reserve(int dev, uint64_t bytes, int context) {
     if (vs_region_lock() != 0) return 0; /* a broken lock never fails the user's program */
     vs_region_device *d = &region->devices[dev];
-    if (!context && !fits(d, bytes)) reclaim(1); /* memory of a killed process comes back */
-    int ok = context || fits(d, bytes);
+    if (!context && !fits(dev, bytes)) reclaim(1); /* memory of a killed process comes back */
+    int ok = context || fits(dev, bytes);
     if (ok) {
         d->mem_used += bytes;
         slot->used[dev] += bytes;
@@ -397,18 +423,17 @@ void vs_adjust(int dev, uint64_t reserved, uint64_t actual) {
     }
 }
 
-void vs_device_usage(int dev, uint64_t *limit, uint64_t *used) {
+int vs_device_usage(int dev, uint64_t *limit, uint64_t *used) {
     static uint64_t last_reclaim;
     uint64_t now = vs_now_ns();
-    if (vs_region_lock() != 0) {
-        *limit = 0;
-        return;
-    }
+    *used = 0;
+    int limited = limit_of(dev, limit);
+    if (vs_region_lock() != 0) return limited;
     if (now - last_reclaim > 100000000ull) { /* at most every 100 ms: it reads /proc */
         last_reclaim = now;
         reclaim(0);
     }
-    *limit = region->devices[dev].mem_limit;
     *used = region->devices[dev].mem_used;
     vs_region_unlock();
+    return limited;
 }

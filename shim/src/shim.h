@@ -45,15 +45,19 @@ VS_INTERNAL void vs_log(enum vs_level level, const char *fmt, ...)
         if ((level) <= vs_log_level) vs_log((level), __VA_ARGS__);                                 \
     } while (0)
 
-/* ---- configuration from the environment (src/config.c) ---- */
+/* ---- configuration: the limits file or the environment (src/config.c) ---- */
+/* The fixed container path of the limits file the device plugin mounts read-only. */
+#define VS_LIMITS_PATH "/run/vslice-limits/limits"
 struct vs_config {
     int tracking;                        /* 1 = keep accounts (a limit or a region is set) */
     int pacing;                          /* 1 = some device has a compute limit */
-    uint64_t mem_limit[VS_MAX_DEVICES];  /* bytes, 0 = none; index = container device index */
+    uint64_t mem_limit[VS_MAX_DEVICES];  /* bytes where mem_limited; index = container index */
+    uint8_t mem_limited[VS_MAX_DEVICES]; /* 1 = mem_limit holds (0 bytes: fail closed) */
     uint32_t sm_limit[VS_MAX_DEVICES];   /* percent, 0 = none */
     uint64_t context_overhead;           /* bytes charged per process and device */
     int context_overhead_auto;           /* 1 = measure it with NVML around the creation */
     const char *region_path;             /* NULL = private accounting */
+    const char *limits_file;             /* NULL = limits from the environment */
 };
 VS_INTERNAL const struct vs_config *vs_config(void);
 VS_INTERNAL int vs_parse_size(const char *text, uint64_t *out);
@@ -77,7 +81,11 @@ VS_INTERNAL int vs_device_by_uuid(const uint8_t uuid[16]);
 VS_INTERNAL int vs_reserve(int dev, uint64_t bytes, int context);   /* 0 ok, -1 over the slice */
 VS_INTERNAL void vs_release(int dev, uint64_t bytes);
 VS_INTERNAL void vs_adjust(int dev, uint64_t reserved, uint64_t actual);
-VS_INTERNAL void vs_device_usage(int dev, uint64_t *limit, uint64_t *used);
+/* Usage of region device dev and this process's limit for it (never the region's copy, which
+   the container can write): 1 = *limit holds (0 = no memory at all), 0 = no memory limit. */
+VS_INTERNAL int vs_device_usage(int dev, uint64_t *limit, uint64_t *used);
+VS_INTERNAL int vs_local_index(int dev);    /* container index this process gave dev, or -1 */
+VS_INTERNAL uint32_t vs_sm_limit(int dev);  /* this process's compute limit for dev, 0 = none */
 VS_INTERNAL int vs_region_lock(void);
 VS_INTERNAL void vs_region_unlock(void);
 VS_INTERNAL uint64_t vs_now_ns(void); /* CLOCK_MONOTONIC */

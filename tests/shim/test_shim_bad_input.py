@@ -1,6 +1,7 @@
 """Bad input never crashes the user's program: one clear line on stderr, then a documented
-safe behaviour (docs/shim.md): unparsable limits run unlimited, an unusable region file is
-left alone and accounting stays private to the process (its limits still hold)."""
+safe behaviour (docs/shim.md): unparsable limits fail closed (the device gets no memory), an
+unusable region file is left alone and accounting stays private to the process (its limits
+still hold)."""
 
 from __future__ import annotations
 
@@ -23,12 +24,13 @@ def _one_line(stderr: str, *words: str) -> None:
         assert word in lines[0], stderr
 
 
-@pytest.mark.parametrize("value", ["4x", "-1g", "lots", "99999999999999999999g"])
-def test_an_unparsable_memory_limit_runs_unlimited_and_says_so(probe: Probe, value: str) -> None:
-    out = probe.run("ctx:0", "alloc:2g", "info", CUDA_DEVICE_MEMORY_LIMIT=value)
+@pytest.mark.parametrize("value", ["4x", "-1g", "lots", "99999999999999999999g", "1.5g"])
+def test_an_unparsable_memory_limit_fails_closed_and_says_so(probe: Probe, value: str) -> None:
+    out = probe.run("ctx:0", "alloc:1m", "info", CUDA_DEVICE_MEMORY_LIMIT=value)
     assert out.returncode == 0
-    assert out.code("alloc:2g") == CUDA_SUCCESS
-    _one_line(out.stderr, "CUDA_DEVICE_MEMORY_LIMIT", value, "without a memory limit")
+    assert out.code("alloc:1m") == CUDA_ERROR_OUT_OF_MEMORY
+    assert out.values("info") == {"free": 0, "total": 0}
+    _one_line(out.stderr, "CUDA_DEVICE_MEMORY_LIMIT", value, "no GPU memory")
 
 
 def test_an_unparsable_per_device_limit_names_its_variable(probe: Probe) -> None:
@@ -40,14 +42,29 @@ def test_an_unparsable_per_device_limit_names_its_variable(probe: Probe) -> None
         CUDA_DEVICE_MEMORY_LIMIT_0="1g",
     )
     assert out.code("alloc:2g") == CUDA_ERROR_OUT_OF_MEMORY  # device 0 keeps its limit
-    _one_line(out.stderr, "CUDA_DEVICE_MEMORY_LIMIT_1='2gigs'")
+    _one_line(out.stderr, "CUDA_DEVICE_MEMORY_LIMIT_1='2gigs'", "this device")
+
+
+def test_an_unparsable_per_device_limit_closes_only_its_device(probe: Probe) -> None:
+    out = probe.run(
+        "ctx:0",
+        "alloc:500m",
+        "ctx:1",
+        "alloc:1m",
+        FAKE_CUDA_DEVICE_COUNT="2",
+        CUDA_DEVICE_MEMORY_LIMIT_1="2gigs",
+        CUDA_DEVICE_MEMORY_LIMIT_0="1g",
+    )
+    assert out.code("alloc:500m") == CUDA_SUCCESS
+    assert out.code("alloc:1m") == CUDA_ERROR_OUT_OF_MEMORY
 
 
 @pytest.mark.parametrize("value", ["150", "half", "-5"])
-def test_an_unparsable_compute_limit_runs_unpaced_and_says_so(probe: Probe, value: str) -> None:
-    out = probe.run("ctx:0", "kernels:0:100", CUDA_DEVICE_SM_LIMIT=value)
+def test_an_unparsable_compute_limit_fails_closed_and_says_so(probe: Probe, value: str) -> None:
+    out = probe.run("ctx:0", "alloc:1m", CUDA_DEVICE_SM_LIMIT=value)
     assert out.returncode == 0
-    _one_line(out.stderr, "CUDA_DEVICE_SM_LIMIT", value)
+    assert out.code("alloc:1m") == CUDA_ERROR_OUT_OF_MEMORY
+    _one_line(out.stderr, "CUDA_DEVICE_SM_LIMIT", value, "no GPU memory")
 
 
 def test_a_region_in_a_missing_directory_keeps_limits_private(probe: Probe) -> None:
@@ -107,17 +124,22 @@ def test_a_newer_minor_version_is_accepted(probe: Probe) -> None:
         assert region.snapshot().version == (1, 7)
 
 
-def test_a_region_written_by_the_python_writer_is_used_by_the_shim(probe: Probe) -> None:
-    # limits written by a tool (here 200 MiB for the first fake GPU) win over the environment
+def test_limits_written_into_the_region_are_never_enforced(probe: Probe) -> None:
+    # The region is writable by the container: a limit found there (here 8 GiB, or 200 MiB,
+    # for the first fake GPU) neither raises nor lowers the process's own 1 GiB.
     uuid = "GPU-56534c46-414b-4510-8000-000000000000"
-    create_region(probe.region, [DeviceLimit(uuid, 200 * MIB)])
-    out = probe.run(
-        "ctx:0",
-        "info",
-        CUDA_DEVICE_MEMORY_LIMIT="1g",
-        CUDA_DEVICE_MEMORY_SHARED_CACHE=str(probe.region),
-    )
-    assert out.values("info")["total"] == 200 * MIB
+    for written in (8192 * MIB, 200 * MIB):
+        create_region(probe.region, [DeviceLimit(uuid, written)])
+        out = probe.run(
+            "ctx:0",
+            "info",
+            "alloc:1500m",
+            CUDA_DEVICE_MEMORY_LIMIT="1g",
+            CUDA_DEVICE_MEMORY_SHARED_CACHE=str(probe.region),
+        )
+        assert out.values("info")["total"] == 1024 * MIB
+        assert out.code("alloc:1500m") == CUDA_ERROR_OUT_OF_MEMORY
+        probe.region.unlink()
 
 
 def test_a_short_region_file_is_refused(probe: Probe) -> None:

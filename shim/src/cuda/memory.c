@@ -213,8 +213,7 @@ CUresult cuMemGetInfo_v2(size_t *free, size_t *total) {
     int dev = tracked_device();
     if (dev < 0) return r;
     uint64_t limit = 0, used = 0;
-    vs_device_usage(dev, &limit, &used);
-    if (limit == 0) return r;
+    if (!vs_device_usage(dev, &limit, &used)) return r;
     uint64_t cap = limit < (uint64_t)*total ? limit : (uint64_t)*total;
     uint64_t left = used >= cap ? 0 : cap - used;
     *total = (size_t)cap;
@@ -229,7 +228,6 @@ CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
     int index = vs_device_index(dev);
     if (index < 0) return r;
     uint64_t limit = 0, used = 0;
-    vs_device_usage(index, &limit, &used);
-    if (limit != 0 && limit < (uint64_t)*bytes) *bytes = (size_t)limit;
+    if (vs_device_usage(index, &limit, &used) && limit < (uint64_t)*bytes) *bytes = (size_t)limit;
     return r;
 }

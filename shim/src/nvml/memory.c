@@ -49,27 +49,32 @@ int vs_nvml_place(nvmlDevice_t device, int *dev, int *index) {
     return 0;
 }
 
-/* The slice of an NVML device: 0 = no limit (report the device unchanged). */
-static uint64_t slice_of(nvmlDevice_t device, uint64_t *used) {
+/* The slice of an NVML device: 1 = *limit holds (0 bytes when failed closed), 0 = no limit
+   (report the device unchanged). The limit is this process's own, never the region's copy. */
+static int slice_of(nvmlDevice_t device, uint64_t *limit, uint64_t *used) {
     *used = 0;
     int dev, index;
     if (vs_nvml_place(device, &dev, &index) != 0) return 0;
     if (dev >= 0) {
-        uint64_t limit = 0;
-        vs_device_usage(dev, &limit, used);
-        if (limit != 0) return limit;
+        if (vs_device_usage(dev, limit, used)) return 1;
+        if (vs_local_index(dev) >= 0) return 0; /* registered by this process: no limit */
     }
-    return index >= 0 ? vs_config()->mem_limit[index] : 0;
+    if (index < 0 || !vs_config()->mem_limited[index]) return 0;
+    *limit = vs_config()->mem_limit[index];
+    return 1;
 }
 
+/* total = the slice, free = what is left of it (never below 0), used = what the container's
+   processes really hold, even past the slice (context overhead can take it there): a
+   monitoring tool must see an over-full slice, not a full one. */
 static void apply(nvmlDevice_t device, unsigned long long *total, unsigned long long *free,
                   unsigned long long *used) {
-    uint64_t held = 0, limit = slice_of(device, &held);
-    if (limit == 0) return;
+    uint64_t held = 0, limit = 0;
+    if (!slice_of(device, &limit, &held)) return;
     if (limit > *total) limit = *total;
     *total = limit;
-    *used = held < limit ? held : limit;
-    *free = limit - *used;
+    *used = held;
+    *free = held < limit ? limit - held : 0;
 }
 
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) {
