@@ -25,6 +25,7 @@ from vslice_core.model import (
     NodeInventory,
     validation_message,
 )
+from vslice_core.proof import PROOF
 
 VERSION = 1
 
@@ -34,6 +35,12 @@ ALLOCATION = "vslice.io/allocation"
 DELIVERED = "vslice.io/delivered"
 NODE_LOCK = "vslice.io/node-lock"
 BIND_TIME = "vslice.io/bind-time"
+ALLOCATION_PROOF = PROOF  # written beside the allocation, see vslice_core.proof
+
+# Pod annotations only vslice may write: the webhook removes them when a pod is created and
+# the ValidatingAdmissionPolicy refuses changes to them by anyone but vslice's identities.
+# Add any future pod state annotation here; every check reads this one tuple.
+POD_STATE = (ALLOCATION, ALLOCATION_PROOF, DELIVERED, BIND_TIME)
 
 # Pod annotations a user may set, and HAMi's spelling of each.
 GPU_TYPE = "vslice.io/gpu-type"

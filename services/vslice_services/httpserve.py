@@ -5,7 +5,10 @@
 - :class:`HttpService` is a threaded HTTP(S) server over a table of routes. Handlers receive the
   request body and return a :class:`Response`; ``GET /healthz`` answers ``200 ok`` on its own.
   With TLS, the certificate files are re-read whenever their modification time changes, so a
-  rotated certificate is served without a restart.
+  rotated certificate is served without a restart. With a client CA (``client_ca_file``) a
+  client certificate signed by it is verified when presented, and :class:`ClientAuth` names
+  the routes that answer 403 unless it was presented with an allowed common name (health and
+  metrics routes can stay open to probes and scrapers).
 - :func:`run_until_signal` serves until SIGTERM or SIGINT, then stops accepting, lets running
   requests finish (up to 10 s) and calls the service's cleanups.
 """
@@ -29,6 +32,7 @@ from typing import Any
 log = logging.getLogger("vslice.http")
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
+LISTEN_BACKLOG = 1024
 _STANDARD_RECORD_KEYS = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 
 
@@ -85,13 +89,32 @@ class Response:
 Handler = Callable[[bytes], Response]
 
 
+@dataclass(frozen=True)
+class ClientAuth:
+    """Routes only callers with a verified client certificate of an allowed CN may use."""
+
+    names: frozenset[str]
+    routes: frozenset[tuple[str, str]]
+
+    def refusal(self, peer: dict[str, Any] | None) -> str | None:
+        """None when ``peer`` (``SSLSocket.getpeercert()``) may call, else why not."""
+        if not peer:
+            return "a client certificate signed by the configured client CA is required"
+        names = [v for rdn in peer.get("subject", ()) for k, v in rdn if k == "commonName"]
+        if not set(names) & self.names:
+            allowed = ", ".join(sorted(self.names))
+            return f"client certificate CN {names[0] if names else ''!r} is not one of: {allowed}"
+        return None
+
+
 @dataclass
 class ReloadingTlsContext:
-    """An SSL server context rebuilt whenever the certificate or key file changes."""
+    """An SSL server context rebuilt whenever the certificate, key or client CA file changes."""
 
     cert_file: str
     key_file: str
-    _stamp: tuple[float, float] = (0.0, 0.0)
+    client_ca_file: str = ""
+    _stamp: tuple[float, ...] = ()
     _context: ssl.SSLContext | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -100,7 +123,8 @@ class ReloadingTlsContext:
         new pair does not load), the previous context keeps serving."""
         with self._lock:
             try:
-                stamp = (os.stat(self.cert_file).st_mtime, os.stat(self.key_file).st_mtime)
+                files = [self.cert_file, self.key_file, *filter(None, [self.client_ca_file])]
+                stamp = tuple(os.stat(name).st_mtime for name in files)
                 if self._context is None or stamp != self._stamp:
                     self._context, self._stamp = self._load(), stamp
             except (OSError, ssl.SSLError) as exc:
@@ -115,6 +139,10 @@ class ReloadingTlsContext:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         context.load_cert_chain(self.cert_file, self.key_file)
+        if self.client_ca_file:
+            # OPTIONAL: a presented certificate must verify; which routes need one is ClientAuth's.
+            context.verify_mode = ssl.CERT_OPTIONAL
+            context.load_verify_locations(cafile=self.client_ca_file)
         log.info("certificate loaded", extra={"cert_file": self.cert_file})
         return context
 
@@ -122,6 +150,11 @@ class ReloadingTlsContext:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
+    # listen(2) backlog. socketserver's default of 5 overflows when the API server or the
+    # scheduler opens a burst of connections at once (the kernel then drops SYNs: 1 s
+    # retransmit tails and resets at 20 concurrent connections); the kernel caps it at
+    # net.core.somaxconn anyway.
+    request_queue_size = LISTEN_BACKLOG
 
     def __init__(
         self,

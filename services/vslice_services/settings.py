@@ -161,10 +161,6 @@ class WebhookSettings(ServiceSettings):
         default="vslice-scheduler",
         description="schedulerName set on GPU pods; empty leaves spec.schedulerName alone.",
     )
-    opt_out_label: str = Field(
-        default="vslice.io/webhook",
-        description='Pods with this label set to "disabled" are admitted untouched.',
-    )
     hide_gpus_from_other_containers: bool = Field(
         default=False,
         description="Set NVIDIA_VISIBLE_DEVICES=none on the containers of a GPU pod that ask "

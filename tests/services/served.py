@@ -71,14 +71,18 @@ def client_context(ca: KeyPair) -> ssl.SSLContext:
 
 
 def apply_patch(document: Any, ops: list[dict[str, Any]]) -> Any:
-    """Apply ``add``/``replace`` JSON Patch operations (enough to check the webhook's)."""
+    """Apply ``add``/``replace``/``remove`` JSON Patch operations (enough for the webhook's)."""
     for op in ops:
         tokens = [t.replace("~1", "/").replace("~0", "~") for t in op["path"].split("/")[1:]]
         parent = document
         for token in tokens[:-1]:
             parent = parent[int(token)] if isinstance(parent, list) else parent[token]
         last = tokens[-1]
-        assert op["op"] in ("add", "replace"), op
+        assert op["op"] in ("add", "replace", "remove"), op
+        if op["op"] == "remove":
+            assert last in parent, f"remove of a missing key: {op}"
+            del parent[last]
+            continue
         if isinstance(parent, list):
             if last == "-":
                 parent.append(op["value"])

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from served import Reply, apply_patch, call, client_context, running, serving_pair
+from vslice_core.annotations import POD_STATE
 from vslice_core.resources import DEFAULT_RESOURCE_NAMES
 from vslice_lab.pki import KeyPair, issue
 from vslice_services.httpserve import HttpService, ReloadingTlsContext
@@ -54,10 +55,16 @@ def container(name: str = "main", **limits: Any) -> dict[str, Any]:
     return {"name": name, "image": "busybox", "resources": {"limits": limits}}
 
 
-def pod(*containers: dict[str, Any], labels: dict[str, str] | None = None) -> dict[str, Any]:
+def pod(
+    *containers: dict[str, Any],
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
     metadata: dict[str, Any] = {"generateName": "train-", "namespace": "team-a"}
     if labels:
         metadata["labels"] = labels
+    if annotations:
+        metadata["annotations"] = annotations
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -126,12 +133,15 @@ def test_a_pod_without_gpu_resources_is_admitted_untouched(webhook: Webhook) -> 
     assert "patch" not in response
 
 
-def test_the_opt_out_label_leaves_even_a_gpu_pod_untouched(webhook: Webhook) -> None:
-    response = webhook.review(
-        pod(container(**{GPU: "1"}), labels={"vslice.io/webhook": "disabled"})
-    )
-    assert response["allowed"] is True
-    assert "patch" not in response
+def test_a_pod_label_no_longer_opts_a_gpu_pod_out(webhook: Webhook) -> None:
+    original = pod(container(**{GPU: "1"}), labels={"vslice.io/webhook": "disabled"})
+    response = webhook.review(original)
+    patched = apply_patch(copy.deepcopy(original), patch_of(response))
+    assert patched["spec"]["schedulerName"] == "vslice-scheduler"
+    privileged = container(**{GPU: "1"})
+    privileged["securityContext"] = {"privileged": True}
+    response = webhook.review(pod(privileged, labels={"vslice.io/webhook": "disabled"}))
+    assert response["allowed"] is False
 
 
 def test_an_invalid_value_is_denied_naming_the_field_and_the_value(webhook: Webhook) -> None:
@@ -295,3 +305,212 @@ def test_a_misspelt_gpu_resource_is_denied_listing_the_known_ones(webhook: Webho
 def test_other_resources_of_the_same_vendor_are_left_alone(webhook: Webhook) -> None:
     response = webhook.review(pod(container(**{"nvidia.com/mig-1g.10gb": "1"})))
     assert response["allowed"] is True and "patch" not in response
+
+
+# --- the trust boundary: state annotations, nodeName, environment, strict input ---
+
+
+@pytest.mark.parametrize("gpu", [True, False], ids=["gpu-pod", "plain-pod"])
+def test_state_annotations_are_removed_at_creation_with_a_warning_each(
+    webhook: Webhook, gpu: bool
+) -> None:
+    forged = {key: "{}" for key in POD_STATE} | {"vslice.io/gpu-type": "a100", "team": "x"}
+    original = pod(container(**({GPU: "1"} if gpu else {"cpu": "1"})), annotations=forged)
+    response = webhook.review(original)
+    assert response["allowed"] is True
+    patched = apply_patch(copy.deepcopy(original), patch_of(response))
+    assert patched["metadata"]["annotations"] == {"vslice.io/gpu-type": "a100", "team": "x"}
+    for key in POD_STATE:
+        assert any(key in warning and "removed" in warning for warning in response["warnings"])
+    assert len(response["warnings"]) == len(POD_STATE)
+
+
+def test_the_state_annotations_include_the_allocation_proof() -> None:
+    assert set(POD_STATE) == {
+        "vslice.io/allocation",
+        "vslice.io/allocation-proof",
+        "vslice.io/delivered",
+        "vslice.io/bind-time",
+    }
+
+
+def test_a_gpu_pod_with_a_node_name_is_refused_telling_to_remove_it(webhook: Webhook) -> None:
+    original = pod(container(**{GPU: "1"}))
+    original["spec"]["nodeName"] = "lab-t4"
+    response = webhook.review(original)
+    assert response["allowed"] is False
+    message = response["status"]["message"]
+    assert "spec.nodeName" in message and "'lab-t4'" in message and "remove" in message
+
+
+def test_a_plain_pod_with_a_node_name_is_admitted(webhook: Webhook) -> None:
+    original = pod(container(cpu="1"))
+    original["spec"]["nodeName"] = "lab-t4"
+    assert webhook.review(original)["allowed"] is True
+
+
+def with_env(base: dict[str, Any], *env: dict[str, Any]) -> dict[str, Any]:
+    base["env"] = list(env)
+    return base
+
+
+@pytest.mark.parametrize(
+    "variable",
+    [
+        "CUDA_DEVICE_MEMORY_LIMIT",
+        "CUDA_DEVICE_MEMORY_LIMIT_0",
+        "CUDA_DEVICE_SM_LIMIT",
+        "CUDA_DEVICE_SM_LIMIT_1",
+        "CUDA_DEVICE_MEMORY_SHARED_CACHE",
+        "VSLICE_LOG_LEVEL",
+        "NVIDIA_VISIBLE_DEVICES",
+    ],
+)
+def test_a_gpu_container_setting_a_limit_variable_is_refused_naming_it(
+    webhook: Webhook, variable: str
+) -> None:
+    gpu = with_env(container("train", **{GPU: "1"}), {"name": "A", "value": "1"},
+                   {"name": variable, "value": "99g"})  # fmt: skip
+    response = webhook.review(pod(gpu))
+    assert response["allowed"] is False
+    message = response["status"]["message"]
+    assert "spec.containers[0].env[1]" in message
+    assert variable in message and "'train'" in message
+
+
+def test_a_variable_from_a_secret_is_refused_by_its_name(webhook: Webhook) -> None:
+    ref = {"secretKeyRef": {"name": "s", "key": "k"}}
+    gpu = with_env(container(**{GPU: "1"}), {"name": "CUDA_DEVICE_SM_LIMIT", "valueFrom": ref})
+    response = webhook.review(pod(gpu))
+    assert response["allowed"] is False
+    assert "CUDA_DEVICE_SM_LIMIT" in response["status"]["message"]
+
+
+def test_an_env_from_prefix_inside_the_reserved_names_is_refused(webhook: Webhook) -> None:
+    gpu = container(**{GPU: "1"})
+    gpu["envFrom"] = [
+        {"configMapRef": {"name": "a"}},
+        {"prefix": "CUDA_", "secretRef": {"name": "b"}},
+    ]
+    response = webhook.review(pod(gpu))
+    assert response["allowed"] is False
+    assert "spec.containers[0].envFrom[1].prefix" in response["status"]["message"]
+    # the keys of what envFrom reads are not visible at admission: admitted
+    gpu["envFrom"] = [
+        {"configMapRef": {"name": "a"}},
+        {"prefix": "APP_", "secretRef": {"name": "b"}},
+    ]
+    assert webhook.review(pod(gpu))["allowed"] is True
+
+
+def test_init_containers_are_checked_too(webhook: Webhook) -> None:
+    original = pod(container(**{GPU: "1"}))
+    original["spec"]["initContainers"] = [
+        with_env(container("warmup", **{GPU: "1"}), {"name": "VSLICE_LIMITS", "value": "x"})
+    ]
+    response = webhook.review(original)
+    assert response["allowed"] is False
+    assert "spec.initContainers[0].env[0]" in response["status"]["message"]
+
+
+@pytest.mark.parametrize("value", ["all", "0", "GPU-1234", ""])
+def test_a_pod_without_gpus_asking_the_runtime_for_gpus_is_refused(
+    webhook: Webhook, value: str
+) -> None:
+    plain = with_env(container("app", cpu="1"), {"name": "NVIDIA_VISIBLE_DEVICES", "value": value})
+    response = webhook.review(pod(plain))
+    assert response["allowed"] is False
+    message = response["status"]["message"]
+    assert "NVIDIA_VISIBLE_DEVICES" in message and "'app'" in message and "none" in message
+
+
+@pytest.mark.parametrize("value", ["none", "void"])
+def test_a_pod_without_gpus_may_hide_them(webhook: Webhook, value: str) -> None:
+    plain = with_env(container("app", cpu="1"), {"name": "NVIDIA_VISIBLE_DEVICES", "value": value})
+    assert webhook.review(pod(plain))["allowed"] is True
+
+
+def test_a_sidecar_without_gpus_in_a_gpu_pod_may_not_ask_for_all_gpus(webhook: Webhook) -> None:
+    side = with_env(container("side"), {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"})
+    response = webhook.review(pod(container(**{GPU: "1"}), side))
+    assert response["allowed"] is False
+    assert "spec.containers[1].env[0]" in response["status"]["message"]
+
+
+def test_other_variables_are_left_alone(webhook: Webhook) -> None:
+    gpu = with_env(container(**{GPU: "1"}), {"name": "CUDA_VISIBLE_DEVICES", "value": "0"},
+                   {"name": "MY_VSLICE_FLAG", "value": "1"})  # fmt: skip
+    assert webhook.review(pod(gpu))["allowed"] is True
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        ("\u0663\u0660\u0660\u0660", "'\u0663\u0660\u0660\u0660'"),  # Arabic-Indic
+        ("3000 ", "'3000 '"),
+        (" 3000", "' 3000'"),
+        ("3000\n", "'3000\\n'"),
+        ("\uff13\uff10\uff10\uff10", "'\uff13\uff10\uff10\uff10'"),  # full-width digits
+    ],
+)
+def test_a_quantity_the_api_server_would_not_accept_is_refused(
+    webhook: Webhook, value: str, shown: str
+) -> None:
+    response = webhook.review(pod(container(**{GPU: "1", MEM: value})))
+    assert response["allowed"] is False and response["status"]["code"] == 400
+    message = response["status"]["message"]
+    assert f"spec.containers[0].resources.limits[{MEM!r}]" in message and shown in message
+
+
+def test_requests_different_from_limits_are_refused(webhook: Webhook) -> None:
+    gpu = container(**{GPU: "1", MEM: "3000"})
+    gpu["resources"]["requests"] = {GPU: "1", MEM: "2000"}
+    response = webhook.review(pod(gpu))
+    assert response["allowed"] is False and response["status"]["code"] == 400
+    message = response["status"]["message"]
+    assert f"requests[{MEM!r}]" in message and "'3000'" in message and "'2000'" in message
+
+
+def test_requests_equal_to_limits_in_another_spelling_are_admitted(webhook: Webhook) -> None:
+    gpu = container(**{GPU: "1", MEM: "3000"})
+    gpu["resources"]["requests"] = {GPU: "1", MEM: "3k"}
+    assert webhook.review(pod(gpu))["allowed"] is True
+
+
+@pytest.mark.parametrize(
+    ("resource", "value"),
+    [(MEM, "9e15"), (MEM, "9Ei"), (GPU, "3e9")],
+)
+def test_values_too_large_for_the_node_side_are_refused(
+    webhook: Webhook, resource: str, value: str
+) -> None:
+    response = webhook.review(pod(container(**{resource: value})))
+    assert response["allowed"] is False and response["status"]["code"] == 400
+    message = response["status"]["message"]
+    assert resource in message and repr(value) in message and "at most" in message
+
+
+@pytest.mark.parametrize(
+    "review",
+    [
+        {"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview"},
+        {"apiVersion": "admission.k8s.io/v1", "kind": "Pod"},
+    ],
+)
+def test_a_wrong_api_version_or_kind_gets_400_even_with_a_uid(
+    webhook: Webhook, review: dict[str, Any]
+) -> None:
+    body = admission_review(pod(container())) | review
+    reply = webhook.post(body)
+    assert reply.status == 400
+    assert "admission.k8s.io/v1" in reply.body.decode()
+
+
+def test_a_body_nested_100000_deep_gets_400_not_500(webhook: Webhook) -> None:
+    depth = 100_000
+    body = b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": '
+    body += b'{"uid": "deep", "object": ' + b"[" * depth + b"]" * depth + b"}}"
+    reply = webhook.post(body)
+    assert reply.status == 400
+    assert "nested too deeply" in reply.body.decode()
+    assert call(webhook.port, "GET", "/healthz", tls=webhook.tls).body == b"ok"

@@ -49,6 +49,15 @@ class PodPatch:
         parent[key] = copy.deepcopy(value)
         self.ops.append({"op": op, "path": pointer(path), "value": value})
 
+    def remove(self, path: Path) -> None:
+        """Remove the value at ``path`` if it is there (nothing to do otherwise)."""
+        node: Any = self.pod
+        for token in path[:-1]:
+            node = node.get(token) if isinstance(node, dict) else None
+        if isinstance(node, dict) and path[-1] in node:
+            del node[path[-1]]
+            self.ops.append({"op": "remove", "path": pointer(path)})
+
     def append(self, path: Path, value: Any) -> None:
         """Append ``value`` to the list at ``path``, creating the list when missing."""
         parent = self._parent(path)

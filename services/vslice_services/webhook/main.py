@@ -23,7 +23,13 @@ from vslice_services.httpserve import (
 from vslice_services.quota import QuotaBook
 from vslice_services.settings import WebhookSettings, load_settings
 from vslice_services.webhook.policy import WebhookPolicy, review_pod
-from vslice_services.webhook.review import Verdict, encode_review, parse_review, request_uid
+from vslice_services.webhook.review import (
+    NotAReview,
+    Verdict,
+    encode_review,
+    parse_review,
+    request_uid,
+)
 
 log = logging.getLogger("vslice.webhook")
 
@@ -36,7 +42,7 @@ def handle_review(body: bytes, policy: WebhookPolicy, quotas: QuotaLookup) -> Re
     try:
         request = parse_review(body)
     except InvalidRequest as exc:
-        uid = request_uid(body)
+        uid = "" if isinstance(exc, NotAReview) else request_uid(body)
         log.warning("malformed AdmissionReview", extra={"error": str(exc), "uid": uid})
         if not uid:
             return Response.text(f"malformed AdmissionReview: {exc}", 400)
@@ -59,7 +65,6 @@ def policy_from(settings: WebhookSettings) -> WebhookPolicy:
     return WebhookPolicy(
         names=settings.resources,
         scheduler_name=settings.scheduler_name,
-        opt_out_label=settings.opt_out_label,
         hide_gpus_from_other_containers=settings.hide_gpus_from_other_containers,
     )
 

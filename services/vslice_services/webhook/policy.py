@@ -1,13 +1,20 @@
 """What the webhook decides for one pod: a pure function from the pod to a :class:`Verdict`.
 
-For a pod being created, in this order:
+For a pod being created, in this order (there is no per-pod opt-out: only an operator's
+namespace label keeps the webhook away, through the configuration's ``namespaceSelector``):
 
-1. untouched when it carries the opt-out label;
-2. denied when it names a GPU resource that does not exist (``nvidia.com/gpumemory``);
-3. untouched when it asks for no GPU resource at all;
+1. vslice's state annotations (``vslice_core.annotations.POD_STATE``) are removed, with one
+   warning each: they are only ever written later, by vslice, so a pod that carries them at
+   creation is either a hand-made forgery or an exported pod being recreated; removing them
+   keeps the second working;
+2. denied when a vslice resource is not written as the API server accepts it, when it names a
+   GPU resource that does not exist (``nvidia.com/gpumemory``), or when a container sets the
+   shim's or the NVIDIA runtime's variables (``environment``);
+3. untouched (but for step 1) when it asks for no GPU resource at all;
 4. denied when a value is invalid (the core's normalization names the field and the value),
-   when a container that asks for GPUs is privileged (it could see and use every GPU), or when
-   the pod alone asks for more than its namespace's GPU quota;
+   when the GPU pod sets ``spec.nodeName`` (it would bypass the scheduler that accounts for
+   slices), when a container that asks for GPUs is privileged (it could see and use every
+   GPU), or when the pod alone asks for more than its namespace's GPU quota;
 5. otherwise patched: the normalized limits, ``spec.schedulerName`` (unless the pod already
    names a scheduler of its own) and, if configured, ``NVIDIA_VISIBLE_DEVICES=none`` on its
    containers that ask for no GPU, so they do not see the node's GPUs through the runtime.
@@ -19,17 +26,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from vslice_core import annotations as keys
 from vslice_core.errors import InvalidRequest
 from vslice_core.model import PodRequest, QuotaLimits
 from vslice_core.requests import limit_patch, normalize_pod, uses_gpus
 from vslice_core.resources import DEFAULT_RESOURCE_NAMES, ResourceNames
 
 from vslice_services.quota import exceeded, request_totals
+from vslice_services.webhook import environment, inputs
 from vslice_services.webhook.jsonpatch import PodPatch
+from vslice_services.webhook.podspec import containers
 from vslice_services.webhook.review import AdmissionRequest, Verdict
 
-HIDE_GPUS_ENV = "NVIDIA_VISIBLE_DEVICES"
-OPT_OUT_VALUES = ("disabled", "false")
+HIDE_GPUS_ENV = environment.VISIBLE_DEVICES
 DEFAULT_SCHEDULER = "default-scheduler"
 
 
@@ -37,37 +46,41 @@ DEFAULT_SCHEDULER = "default-scheduler"
 class WebhookPolicy:
     names: ResourceNames = DEFAULT_RESOURCE_NAMES
     scheduler_name: str = "vslice-scheduler"
-    opt_out_label: str = "vslice.io/webhook"
     hide_gpus_from_other_containers: bool = False
 
 
 def review_pod(
     request: AdmissionRequest, policy: WebhookPolicy, quota: QuotaLimits | None = None
 ) -> Verdict:
+    if request.operation != "CREATE":
+        return Verdict(allowed=True)
     pod = request.pod
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    if (
-        request.operation != "CREATE"
-        or str(labels.get(policy.opt_out_label, "")).lower() in OPT_OUT_VALUES
-    ):
-        return Verdict(allowed=True)
-    misspelt = _unknown_gpu_resource(pod, policy.names)
-    if misspelt is not None:
-        return Verdict.deny(misspelt, code=400)
+    patch = PodPatch(pod)
+    warnings = _strip_state(patch)
+    items = containers(pod)
+    denial = inputs.refusal(items, policy.names) or _unknown_gpu_resource(pod, policy.names)
+    if denial is not None:
+        return Verdict.deny(denial, code=400)
     if not uses_gpus(pod, policy.names):
-        return Verdict(allowed=True)
+        denial = environment.refusal(items, ())
+        if denial is not None:
+            return Verdict.deny(denial)
+        return Verdict(allowed=True, patch=patch.ops, warnings=warnings)
     try:
         normalized = normalize_pod(pod, policy.names)
     except InvalidRequest as exc:
         return Verdict.deny(str(exc), code=400)
     gpu_containers = {(c.init, c.name) for c in normalized.request.containers}
-    denial = _privileged_gpu_container(pod, gpu_containers, policy.names)
+    denial = (
+        environment.refusal(items, gpu_containers)
+        or _node_name(pod, policy)
+        or _privileged_gpu_container(pod, gpu_containers, policy.names)
+    )
     if denial is None and quota is not None:
         denial = _over_quota(request, quota, normalized.request, policy.names)
     if denial is not None:
         return Verdict.deny(denial)
-    patch = PodPatch(pod)
-    warnings = _route(patch, policy.scheduler_name)
+    warnings += _route(patch, policy.scheduler_name)
     if policy.hide_gpus_from_other_containers:
         _hide_gpus(patch, gpu_containers)
     return Verdict(
@@ -75,21 +88,38 @@ def review_pod(
     )
 
 
-def _containers(pod: Mapping[str, Any]) -> list[tuple[bool, int, Mapping[str, Any]]]:
-    spec = pod.get("spec") or {}
-    found = []
-    for init, kind in ((True, "initContainers"), (False, "containers")):
-        for index, container in enumerate(spec.get(kind) or []):
-            if isinstance(container, Mapping):
-                found.append((init, index, container))
-    return found
+def _strip_state(patch: PodPatch) -> list[str]:
+    """Remove vslice's state annotations; one warning per annotation removed."""
+    annotations = (patch.pod.get("metadata") or {}).get("annotations")
+    if not isinstance(annotations, Mapping):
+        return []
+    warnings = []
+    for key in keys.POD_STATE:
+        if key in annotations:
+            patch.remove(("metadata", "annotations", key))
+            warnings.append(
+                f"metadata.annotations[{key!r}] removed: only vslice writes it, once the pod is "
+                "scheduled (an exported pod's copy does not carry over to a new pod)"
+            )
+    return warnings
+
+
+def _node_name(pod: Mapping[str, Any], policy: WebhookPolicy) -> str | None:
+    node = (pod.get("spec") or {}).get("nodeName")
+    if not node:
+        return None
+    return (
+        f"spec.nodeName must be unset for a pod that asks for {policy.names.gpu}, got {node!r}: "
+        "a pod with a node set skips the scheduler, which is what accounts for GPU slices; "
+        "remove spec.nodeName (use a nodeSelector or node affinity to choose nodes)"
+    )
 
 
 def _unknown_gpu_resource(pod: Mapping[str, Any], names: ResourceNames) -> str | None:
     """A resource that looks like one of ours but is not (``nvidia.com/gpumemory``): without
     this check the pod would wait forever for a resource no node has."""
     known = {*names.managed(), names.priority}
-    for init, index, container in _containers(pod):
+    for init, index, container in _triples(pod):
         resources = container.get("resources") or {}
         for part in ("limits", "requests"):
             section = resources.get(part) if isinstance(resources, Mapping) else None
@@ -106,7 +136,7 @@ def _unknown_gpu_resource(pod: Mapping[str, Any], names: ResourceNames) -> str |
 def _privileged_gpu_container(
     pod: Mapping[str, Any], gpu_containers: set[tuple[bool, str]], names: ResourceNames
 ) -> str | None:
-    for init, index, container in _containers(pod):
+    for init, index, container in _triples(pod):
         if (init, container.get("name")) not in gpu_containers:
             continue
         context = container.get("securityContext") or {}
@@ -149,7 +179,7 @@ def _route(patch: PodPatch, scheduler_name: str) -> list[str]:
 
 
 def _hide_gpus(patch: PodPatch, gpu_containers: set[tuple[bool, str]]) -> None:
-    for init, index, container in _containers(patch.pod):
+    for init, index, container in _triples(patch.pod):
         if (init, container.get("name")) in gpu_containers:
             continue
         env = container.get("env") or []
@@ -157,3 +187,7 @@ def _hide_gpus(patch: PodPatch, gpu_containers: set[tuple[bool, str]]) -> None:
             continue
         kind = "initContainers" if init else "containers"
         patch.append(("spec", kind, index, "env"), {"name": HIDE_GPUS_ENV, "value": "none"})
+
+
+def _triples(pod: Mapping[str, Any]) -> list[tuple[bool, int, Mapping[str, Any]]]:
+    return [(c.init, c.index, c.spec) for c in containers(pod)]

@@ -42,16 +42,30 @@ class Verdict:
         return cls(allowed=False, message=message, code=code)
 
 
+class NotAReview(InvalidRequest):
+    """The body is not an ``admission.k8s.io/v1`` AdmissionReview at all: answered with HTTP
+    400 even when it carries a uid, since no API server sent it."""
+
+
+def _load(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except RecursionError as exc:
+        # Nesting deeper than the parser's recursion limit: a crafted body, not a pod.
+        raise NotAReview(
+            "body is nested too deeply to be an AdmissionReview", field="body", value=body[:80]
+        ) from exc
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise NotAReview(f"body is not JSON: {exc}", field="body", value=body[:80]) from exc
+
+
 def parse_review(body: bytes) -> AdmissionRequest:
     """The pod and metadata of an AdmissionReview body."""
-    try:
-        review = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InvalidRequest(f"body is not JSON: {exc}", field="body", value=body[:80]) from exc
+    review = _load(body)
     if not isinstance(review, dict):
-        raise InvalidRequest("body must be an AdmissionReview object", field="body", value=review)
+        raise NotAReview("body must be an AdmissionReview object", field="body", value=review)
     if review.get("kind") != "AdmissionReview" or review.get("apiVersion") != API_VERSION:
-        raise InvalidRequest(
+        raise NotAReview(
             f"expected apiVersion {API_VERSION} kind AdmissionReview, got "
             f"{review.get('apiVersion')!r} {review.get('kind')!r}",
             field="apiVersion",
@@ -90,7 +104,7 @@ def request_uid(body: bytes) -> str:
     """The request uid if the body has one, so even a rejected review can be answered."""
     try:
         uid = json.loads(body)["request"]["uid"]
-    except (ValueError, TypeError, KeyError):
+    except (ValueError, TypeError, KeyError, RecursionError):
         return ""
     return uid if isinstance(uid, str) else ""
 
