@@ -45,6 +45,7 @@ REAL_NODE_LABEL = "vslice.io/real-node"
 BRIDGE = "vslice-lab0"
 POD_SUBNET = "10.244.250.0/24"
 """Pod addresses stay on this host's bridge: no gateway, no masquerading, no routes out."""
+MAX_SOCKET_PATH = 107  # sockaddr_un.sun_path, less the terminating NUL
 NVIDIA_MAJOR = 195
 UVM_MAJOR = 510
 CONTAINER_FAKE_STATE = "/run/vslice-fake/state"
@@ -100,16 +101,22 @@ class NodeLayout:
         return self.root / "containerd" / "state"
 
     @property
-    def shim_sockets(self) -> Path:
-        """The runc shims' socket directory: containerd refuses one longer than 42 characters,
-        which a state dir below a test's temporary directory easily is, so it lives in a short
-        per-node directory under /run (named after the node directory, removed by ``down``)."""
+    def run_dir(self) -> Path:
+        """containerd's sockets and the runc shims' socket directory. Unix socket paths are
+        short (containerd refuses a shim socket directory over 42 characters and socket paths
+        over 104), which a state dir below a test's temporary directory easily exceeds, so they
+        live in a short per-node directory under /run, named after the node directory and
+        removed by ``down``."""
         digest = hashlib.sha256(str(self.root).encode()).hexdigest()[:10]
         return Path("/run") / f"vslice-lab-{digest}"
 
     @property
+    def shim_sockets(self) -> Path:
+        return self.run_dir / "s"
+
+    @property
     def containerd_socket(self) -> Path:
-        return self.root / "containerd.sock"
+        return self.run_dir / "containerd.sock"
 
     @property
     def containerd_config(self) -> Path:
@@ -174,8 +181,14 @@ class NodeLayout:
     def settings(self, service: str) -> Path:
         return self.root / f"{service}.yaml"
 
+    def long_sockets(self) -> list[str]:
+        """Sockets the kubelet makes below its root dir whose paths would be too long."""
+        paths = [self.pod_resources_socket, self.kubelet_root / "plugins_registry" / "x.sock"]
+        return [str(p) for p in paths if len(str(p)) > MAX_SOCKET_PATH]
+
     def prepare(self) -> None:
         for directory in (
+            self.run_dir,
             self.root,
             self.containerd_root,
             self.containerd_state,

@@ -134,6 +134,14 @@ def start(node: SimulatedNode, ctx: NodeContext) -> None:
     record.real_nodes.append(name)
     state.save(ctx.layout, record)
     layout = node_layout(ctx.layout, name)
+    too_long = layout.long_sockets()
+    if too_long:
+        raise LabError(
+            f"the state dir {ctx.layout.root} is too deep for the kubelet's unix sockets "
+            f"({too_long[0]} has {len(too_long[0])} characters, at most "
+            f"{nodeconfig.MAX_SOCKET_PATH} fit); use a shorter --state-dir",
+            component=f"kubelet-{name}",
+        )
     picked = free_ports(["kubelet", "kubelet-healthz", "device-plugin", "monitor"])
     ports = NodePorts(
         picked["kubelet"], picked["kubelet-healthz"], picked["device-plugin"], picked["monitor"]
@@ -272,7 +280,7 @@ def stop(layout: Layout, record: LabRecord) -> list[str]:
         left = hostchanges.kill_containers(str(node.root))
         if left:
             problems.append(f"{left} container process(es) of {name} did not exit")
-        shutil.rmtree(node.shim_sockets, ignore_errors=True)
+        shutil.rmtree(node.run_dir, ignore_errors=True)
     hostchanges.unmount_all(layout.root / "nodes")
     if record.host is not None:
         problems += hostchanges.restore(hostchanges.HostSnapshot.from_json(record.host))

@@ -166,7 +166,7 @@ def test_the_widgets_read_the_live_cluster(client: vslice.Client) -> None:
     assert len(view.rows.children) == INVENTORY_GPUS
     picker = vslice.SlicePicker(client)
     models = [value for _, value in picker.model.options]
-    assert models == ["", "NVIDIA-A100-SXM4-80GB", "NVIDIA-H100-80GB-HBM3", "Tesla-T4"]
+    assert models == ["", "NVIDIA-A100-SXM4-80GB", "NVIDIA-H100-80GB-HBM3", "NVIDIA-L4", "Tesla-T4"]
     picker.model.value = "Tesla-T4"
     picker.memory.value = 2048
     assert picker.plan is not None and picker.plan.node == "lab-t4"

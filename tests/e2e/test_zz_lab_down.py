@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +87,8 @@ def test_the_readme_command_runs_a_first_slice_on_the_real_node_and_down_stops_i
     tmp_path: Path,
 ) -> None:
     """README's "Try it": ``vslice lab up --example`` prints the smoke's view of its slice."""
-    state_dir = tmp_path / "readme-lab"
+    # A short state dir, as a user's would be: the kubelet's unix sockets live below it.
+    state_dir = Path(tempfile.mkdtemp(prefix="vsl-readme-", dir="/tmp"))
     before = fingerprint()
 
     def vslice(*args: str) -> subprocess.CompletedProcess[str]:
