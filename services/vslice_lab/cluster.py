@@ -1,5 +1,6 @@
-"""What the lab does through the API once the control plane answers: register the webhook,
-create the simulated nodes and wait until kwok reports them Ready."""
+"""What the lab does through the API once the control plane answers: register the webhook and
+the state-annotation policy, label the GPU namespaces for Pod Security, create the simulated
+nodes and wait until kwok reports them Ready."""
 
 from __future__ import annotations
 
@@ -11,15 +12,34 @@ from pathlib import Path
 from typing import Any
 
 from vslice_core.errors import Timeout
+from vslice_kube.admissionpolicy import apply_validating_admission_policy
 from vslice_kube.client import api_client
+from vslice_kube.namespaces import label_namespace
 from vslice_kube.nodes import apply_node, ready_node_names
 from vslice_kube.webhooks import apply_mutating_webhook
+from vslice_services.webhook.statepolicy import state_policy
 
 from vslice_lab.inventory import SIMULATED_LABEL, SimulatedNode
 
 WEBHOOK_CONFIGURATION = "vslice-webhook"
 WEBHOOK_OPT_OUT_LABEL = "vslice.io/webhook"
 """Label a namespace ``vslice.io/webhook: disabled`` to keep the webhook out of it."""
+SERVICES_GROUP = "vslice:services"
+"""Group of the lab's vslice services; the state-annotation policy lets it write them."""
+POD_SECURITY_LEVEL = "baseline"
+"""Pod Security level of the lab's GPU namespaces: baseline refuses hostPID, host
+namespaces, added capabilities, privileged containers and every hostPath volume (so vslice's
+directories on the node), while the lab's and users' ordinary pods run without a
+securityContext (restricted would demand one of every pod)."""
+GPU_NAMESPACES = ("default",)
+"""Namespaces the lab labels for Pod Security at ``up`` (tests label their own)."""
+
+
+def pod_security_labels(level: str = POD_SECURITY_LEVEL) -> dict[str, str]:
+    return {
+        "pod-security.kubernetes.io/enforce": level,
+        "pod-security.kubernetes.io/enforce-version": "latest",
+    }
 
 
 def webhook_configuration(url: str, ca_pem: bytes) -> dict[str, Any]:
@@ -68,6 +88,14 @@ class LabCluster:
 
     def register_webhook(self, url: str, ca: Path) -> None:
         apply_mutating_webhook(self._client, webhook_configuration(url, ca.read_bytes()))
+
+    def install_state_policy(self) -> None:
+        """Only the lab's services (group vslice:services) may write vslice's pod state."""
+        apply_validating_admission_policy(self._client, *state_policy(groups=(SERVICES_GROUP,)))
+
+    def label_gpu_namespaces(self, names: Sequence[str] = GPU_NAMESPACES) -> None:
+        for name in names:
+            label_namespace(self._client, name, pod_security_labels())
 
     def create_nodes(
         self, nodes: Sequence[SimulatedNode], extra_resources: Mapping[str, str] | None = None

@@ -49,6 +49,9 @@ class Certificates:
     """The API server's client certificate towards kubelets (logs, exec)."""
     allocation_keys: Path
     """Allocation proof keys (``vslice_core.proof``): the extender signs, device plugins verify."""
+    services: KeyPair
+    """The client certificate of vslice's own services (group ``vslice:services``, which the
+    state-annotation admission policy lets through)."""
 
 
 def _etcd_supports_no_fsync(etcd: Path) -> bool:

@@ -24,7 +24,7 @@ from vslice_core.errors import InvalidRequest, VsliceError
 
 from vslice_lab import binaries as binaries_module
 from vslice_lab import components, configs, pki, processes, realnode, state
-from vslice_lab.cluster import LabCluster
+from vslice_lab.cluster import SERVICES_GROUP, LabCluster
 from vslice_lab.components import Certificates, Component
 from vslice_lab.errors import LabError
 from vslice_lab.health import Probe
@@ -141,6 +141,7 @@ def _start_all(
     ports = record.ports
     server = f"https://{HOST}:{ports['kube-apiserver']}"
     admin = configs.write_kubeconfig(layout.kubeconfig, server, certs.ca.cert, certs.admin, "admin")
+    services_kubeconfig = _services_kubeconfig(layout, certs, record.ports)
     _launch(
         layout,
         record,
@@ -155,6 +156,9 @@ def _start_all(
     group = _control_plane(layout, options, binaries, certs, record, server, admin)
     _launch(layout, record, say, group, options.timeout)
     cluster = LabCluster(admin)
+    say("installing the state-annotation policy and Pod Security labels")
+    cluster.install_state_policy()
+    cluster.label_gpu_namespaces()
     if record.webhook:
         say("registering the vslice webhook")
         cluster.register_webhook(f"https://{HOST}:{ports['vslice-webhook']}/mutate", certs.ca.cert)
@@ -171,6 +175,7 @@ def _start_all(
             certs=certs,
             server=server,
             admin=admin,
+            services_kubeconfig=services_kubeconfig,
             inventory_file=options.inventory or DEFAULT_INVENTORY,
             version=options.version,
             bin_dirs=options.bin_dirs,
@@ -241,14 +246,15 @@ def _control_plane(
 def _services(
     layout: Layout, certs: Certificates, admin: Path, ports: dict[str, int]
 ) -> list[Component]:
+    services_kubeconfig = _services_kubeconfig(layout, certs, ports)
     extender = configs.write_settings(
         layout.extender_settings,
-        {"kubeconfig": str(admin), "listen": f"{HOST}:{ports['vslice-scheduler']}"},
+        {"kubeconfig": str(services_kubeconfig), "listen": f"{HOST}:{ports['vslice-scheduler']}"},
     )
     webhook = configs.write_settings(
         layout.webhook_settings,
         {
-            "kubeconfig": str(admin),
+            "kubeconfig": str(services_kubeconfig),
             "listen": f"{HOST}:{ports['vslice-webhook']}",
             "tls_cert_file": str(certs.webhook.cert),
             "tls_key_file": str(certs.webhook.key),
@@ -262,6 +268,18 @@ def _services(
         components.vslice_service("scheduler", extender, extender_probe, ports["vslice-scheduler"]),
         components.vslice_service("webhook", webhook, webhook_probe, ports["vslice-webhook"]),
     ]
+
+
+def services_kubeconfig_path(layout: Layout) -> Path:
+    """The kubeconfig of the lab's vslice services (extender, webhook, device plugins,
+    monitors): tests that must write vslice's state themselves use it too."""
+    return layout.config / "vslice-services.kubeconfig"
+
+
+def _services_kubeconfig(layout: Layout, certs: Certificates, ports: dict[str, int]) -> Path:
+    server = f"https://{HOST}:{ports['kube-apiserver']}"
+    path = services_kubeconfig_path(layout)
+    return configs.write_kubeconfig(path, server, certs.ca.cert, certs.services, "vslice-services")
 
 
 def prepare_pki(layout: Layout) -> Certificates:
@@ -325,6 +343,17 @@ def prepare_pki(layout: Layout) -> Certificates:
             organization="system:masters",
         ),
         allocation_keys=pki.ensure_allocation_keys(directory),
+        # The services' identity towards the API server. system:masters keeps the lab free of
+        # RBAC for them; vslice:services is what the state-annotation policy exempts (the
+        # admin is not: nobody but vslice writes vslice's state, an administrator included).
+        services=pki.issue(
+            ca,
+            directory,
+            "vslice-services",
+            common_name="vslice-services",
+            organization="system:masters",
+            groups=(SERVICES_GROUP,),
+        ),
     )
 
 

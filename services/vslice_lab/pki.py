@@ -30,10 +30,10 @@ class KeyPair:
     key: Path
 
 
-def _name(common_name: str, organization: str | None = None) -> x509.Name:
+def _name(common_name: str, organizations: tuple[str, ...] = ()) -> x509.Name:
+    # kube-apiserver reads every O of a client certificate as one group of the user.
     parts = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
-    if organization:
-        parts.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
+    parts += [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations]
     return x509.Name(parts)
 
 
@@ -109,19 +109,24 @@ def issue(
     *,
     common_name: str,
     organization: str | None = None,
+    groups: tuple[str, ...] = (),
     hosts: tuple[str, ...] = (),
     server: bool = False,
     client: bool = True,
 ) -> KeyPair:
-    """A certificate signed by ``ca`` for client authentication, serving ``hosts``, or both."""
+    """A certificate signed by ``ca`` for client authentication, serving ``hosts``, or both.
+
+    ``organization`` and then ``groups`` become the subject's O attributes, which the API
+    server reads as the user's groups."""
     pair = KeyPair(directory / f"{name}.crt", directory / f"{name}.key")
     usages = [ExtendedKeyUsageOID.SERVER_AUTH] if server else []
     usages += [ExtendedKeyUsageOID.CLIENT_AUTH] if client else []
+    subject = _name(common_name, (*filter(None, [organization]), *groups))
     ca_cert, ca_key = _load(ca)
-    if _reusable(pair, ca_cert, usages, hosts):
+    if _reusable(pair, ca_cert, usages, hosts, subject):
         return pair
     key = ec.generate_private_key(ec.SECP256R1())
-    builder = _builder(_name(common_name, organization), ca_cert.subject, key.public_key())
+    builder = _builder(subject, ca_cert.subject, key.public_key())
     builder = builder.add_extension(x509.ExtendedKeyUsage(usages), critical=False)
     if hosts:
         builder = builder.add_extension(
@@ -134,10 +139,15 @@ def issue(
 
 
 def _reusable(
-    pair: KeyPair, ca: x509.Certificate, usages: list[x509.ObjectIdentifier], hosts: tuple[str, ...]
+    pair: KeyPair,
+    ca: x509.Certificate,
+    usages: list[x509.ObjectIdentifier],
+    hosts: tuple[str, ...],
+    subject: x509.Name,
 ) -> bool:
-    """An existing certificate is kept only if it still fits: same CA, usages and hosts, and
-    more than a day left (a lab restarted with other settings gets fresh certificates)."""
+    """An existing certificate is kept only if it still fits: same CA, subject (so groups),
+    usages and hosts, and more than a day left (a lab restarted with other settings gets
+    fresh certificates)."""
     if not (pair.cert.exists() and pair.key.exists()):
         return False
     try:
@@ -151,6 +161,7 @@ def _reusable(
     )
     return (
         cert.issuer == ca.subject
+        and cert.subject == subject
         and fresh
         and list(eku) == usages
         and sans == {str(n.value) for n in _alt_names(hosts)}

@@ -48,6 +48,9 @@ class NodeContext:
     certs: Certificates
     server: str
     admin: Path
+    services_kubeconfig: Path
+    """The vslice services' kubeconfig (group vslice:services): the device plugin and the
+    monitor write vslice's state annotations with it."""
     inventory_file: Path
     version: str
     bin_dirs: tuple[Path, ...]
@@ -168,13 +171,13 @@ def start(node: SimulatedNode, ctx: NodeContext) -> None:
             ctx.inventory_file,
             node.inventory,
             ctx.shim,
-            ctx.admin,
+            ctx.services_kubeconfig,
             ports.device_plugin,
         ),
     )
     monitor = configs.write_settings(
         layout.settings("monitor"),
-        nodeconfig.monitor_settings(name, layout, ctx.admin, ports.monitor),
+        nodeconfig.monitor_settings(name, layout, ctx.services_kubeconfig, ports.monitor),
     )
     ctx.launch(
         [

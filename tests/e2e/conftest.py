@@ -10,7 +10,8 @@ your own, so the whole run pays for one control plane:
   (True when the real vslice extender and webhook run), and pod helpers ``create_pod``,
   ``read_pod``, ``wait_for_pod``.
 - ``namespace`` (per test): a fresh namespace whose ``default`` service account exists, deleted
-  after the test. Create everything of your test in it.
+  after the test, with Pod Security ``baseline`` enforced like the lab's GPU namespaces.
+  Create everything of your test in it.
 - ``lab_state_dir`` (session): where the lab keeps logs and certificates.
 - ``real_node`` (per test): the lab's real node (a kubelet and containerd on this machine, the
   fake driver standing in for its GPUs) as a :class:`RealNode`; a test that needs it fails
@@ -41,6 +42,7 @@ from kubernetes.client.exceptions import ApiException
 from recording_extender import RecordingExtender
 from vslice_kube.client import api_client
 from vslice_lab import lab as lab_module
+from vslice_lab.cluster import pod_security_labels
 from vslice_lab.layout import Layout
 from vslice_lab.state import LabRecord
 
@@ -214,7 +216,9 @@ def namespace(lab: LabHandle, request: pytest.FixtureRequest) -> Iterator[str]:
     slug = "".join(ch if ch.isalnum() else "-" for ch in request.node.name.lower())[:40]
     name = f"e2e-{slug.strip('-')}-{uuid.uuid4().hex[:5]}"
     core = lab.core
-    core.create_namespace({"metadata": {"name": name}}, _preload_content=False)
+    # Labelled like the lab's GPU namespaces: Pod Security "baseline" is enforced in it.
+    metadata = {"name": name, "labels": pod_security_labels()}
+    core.create_namespace({"metadata": metadata}, _preload_content=False)
     deadline = time.monotonic() + 30
     while True:
         try:

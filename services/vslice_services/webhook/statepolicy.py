@@ -1,0 +1,97 @@
+"""The ValidatingAdmissionPolicy that keeps vslice's pod state annotations vslice's own.
+
+The webhook removes the state annotations (``vslice_core.annotations.POD_STATE``) when a pod
+is created; this policy (``admissionregistration.k8s.io/v1``, CEL evaluated by the API server
+itself) refuses every later change to them (add, edit, remove) by anyone but vslice's
+identities, and also a pod created with them where the webhook did not run (a namespace an
+operator opted out). It matches ``pods`` (kubectl edit/annotate/patch), ``pods/status`` and
+``pods/binding``: the extender writes the allocation in a Binding, whose annotations the API
+server copies onto the pod, and the device plugin writes ``vslice.io/delivered`` with a
+PATCH, so both run under an exempt identity. The lab and the Ansible role render the same
+objects (the role's template is checked against this module by its tests).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from vslice_core.annotations import POD_STATE
+
+POLICY_NAME = "vslice-state-annotations"
+
+
+def _cel_list(items: Sequence[str]) -> str:
+    return json.dumps(list(items)).replace('"', "'")
+
+
+def exempt_condition(users: Sequence[str], groups: Sequence[str]) -> str:
+    """CEL that is true for a request made by anyone but vslice's identities."""
+    return (
+        f"!(request.userInfo.username in {_cel_list(users)}) && "
+        f"!request.userInfo.groups.exists(g, g in {_cel_list(groups)})"
+    )
+
+
+def state_policy(
+    users: Sequence[str] = (), groups: Sequence[str] = ()
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The policy and its binding; requests by ``users`` or members of ``groups`` pass."""
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": POLICY_NAME, "labels": {"app.kubernetes.io/part-of": "vslice"}},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE", "UPDATE"],
+                        "resources": ["pods", "pods/status", "pods/binding"],
+                    }
+                ]
+            },
+            "matchConditions": [
+                {"name": "not-vslice", "expression": exempt_condition(users, groups)}
+            ],
+            "variables": [
+                {"name": "keys", "expression": _cel_list(POD_STATE)},
+                {
+                    "name": "new",
+                    "expression": "has(object.metadata.annotations) ? "
+                    "object.metadata.annotations : {}",
+                },
+                {
+                    "name": "old",
+                    "expression": "oldObject != null && has(oldObject.metadata.annotations) ? "
+                    "oldObject.metadata.annotations : {}",
+                },
+                {
+                    "name": "changed",
+                    "expression": "variables.keys.filter(k, (k in variables.new) != "
+                    "(k in variables.old) || (k in variables.new && "
+                    "variables.new[k] != variables.old[k]))",
+                },
+            ],
+            "validations": [
+                {
+                    "expression": "size(variables.changed) == 0",
+                    "reason": "Forbidden",
+                    "messageExpression": "'annotation ' + variables.changed.join(', ') + "
+                    "' is written by vslice only (its scheduler extender and device "
+                    "plugins): leave it as it is; to change a slice, delete the pod and "
+                    "create it again'",
+                }
+            ],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": POLICY_NAME, "labels": {"app.kubernetes.io/part-of": "vslice"}},
+        "spec": {"policyName": POLICY_NAME, "validationActions": ["Deny"]},
+    }
+    return policy, binding
