@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client as k8s
@@ -66,3 +67,30 @@ class NodeState:
         body = {"metadata": {"annotations": dict(annotations)}}
         with translated(f"annotate node {node}"):
             self._api.patch_node(node, body, _preload_content=False, _request_timeout=self._timeout)
+
+    def pod_event(self, namespace: str, name: str, uid: str, reason: str, message: str) -> None:
+        """Create a Warning event about the pod, from component ``vslice-device-plugin``."""
+        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body: Any = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{name}.vslice.", "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": name,
+                "namespace": namespace,
+                "uid": uid,
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": "Warning",
+            "source": {"component": "vslice-device-plugin"},
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        with translated(f"create event {reason} about pod {namespace}/{name}"):
+            self._api.create_namespaced_event(
+                namespace, body, _preload_content=False, _request_timeout=self._timeout
+            )

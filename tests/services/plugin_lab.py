@@ -75,6 +75,7 @@ def make_lab(sockets: Path, files: Path, **settings: Any) -> Lab:
         "inventory": str(inventory_file),
         "device_plugin_dir": str(plugins),
         "cache_root": str(files / "containers"),
+        "limits_root": str(files / "limits"),
         "shim_library": str(shim),
         "preload_file": str(files / "ld.so.preload"),
         "cdi_spec_dir": str(files / "cdi"),

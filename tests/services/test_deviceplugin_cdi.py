@@ -113,9 +113,11 @@ def test_allocate_names_cdi_devices_that_the_nodes_spec_file_defines(running: La
         "CUDA_DEVICE_SM_LIMIT": "50",
         "CUDA_DEVICE_SM_LIMIT_0": "50",
         "CUDA_DEVICE_MEMORY_SHARED_CACHE": f"{cache}/vslice.cache",
+        "VSLICE_LIMITS_FILE": "/run/vslice-limits/limits",
     }
     assert [(m.container_path, m.host_path, m.read_only) for m in answer.mounts] == [
-        (cache, str(running.cache_root / "uid-train" / "main"), False)
+        (cache, str(running.cache_root / "uid-train" / "main"), False),
+        ("/run/vslice-limits", str(running.files / "limits" / "uid-train" / "main"), True),
     ]
     assert list(answer.devices) == []
     spec = spec_of(running)

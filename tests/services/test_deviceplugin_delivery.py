@@ -21,6 +21,7 @@ from vslice_services.deviceplugin.delivery import (
     cdi_spec,
     delivery,
     environment,
+    limits_text,
 )
 from vslice_services.deviceplugin.driver import Driver
 from vslice_services.deviceplugin.edits import DeviceNodeSpec, MountSpec
@@ -76,6 +77,34 @@ def test_every_container_gets_its_own_region_path_and_host_directory() -> None:
     assert one.devices[0].host_path == "/dev/nvidia4"
 
 
+def test_the_limits_file_holds_exactly_what_the_shim_enforces() -> None:
+    text = limits_text(
+        [grant("GPU-x", 3, 4096, 25), grant("GPU-y", 1, 2048, 40)],
+        PurePosixPath("/run/vslice/u/c/vslice.cache"),
+        {"VSLICE_CONTEXT_OVERHEAD": "300m", "VSLICE_LOG_LEVEL": "info"},
+        "u",
+        "c",
+    )
+    assert text.splitlines()[1:] == [
+        "VSLICE_LIMITS_VERSION=1",
+        "CUDA_DEVICE_MEMORY_SHARED_CACHE=/run/vslice/u/c/vslice.cache",
+        "CUDA_DEVICE_MEMORY_LIMIT_0=4096m",
+        "CUDA_DEVICE_SM_LIMIT_0=25",
+        "CUDA_DEVICE_MEMORY_LIMIT_1=2048m",
+        "CUDA_DEVICE_SM_LIMIT_1=40",
+        "VSLICE_CONTEXT_OVERHEAD=300m",
+    ]
+    assert text.startswith("# ") and text.endswith("\n")
+
+
+def test_the_limits_directory_is_mounted_read_only_apart_from_the_region() -> None:
+    answer = delivery(handover(), [grant()], "uid-1", "main", {})
+    mounts = {m.container_path: m for m in answer.mounts}
+    assert mounts["/run/vslice-limits"] == LIMITS_MOUNT
+    assert mounts["/run/vslice-limits"].read_only
+    assert not LIMITS_MOUNT.host_path.startswith("/var/lib/vslice/containers")
+
+
 def test_node_wide_shim_settings_reach_the_container_only_when_set() -> None:
     settings = DevicePluginSettings(
         backend="static", inventory="x.yaml", context_overhead="300m", shim_log_level=""
@@ -98,8 +127,10 @@ LIMITS = {
     "CUDA_DEVICE_SM_LIMIT": "30",
     "CUDA_DEVICE_MEMORY_LIMIT_0": "1024m",
     "CUDA_DEVICE_SM_LIMIT_0": "30",
+    "VSLICE_LIMITS_FILE": "/run/vslice-limits/limits",
 }
 REGION = MountSpec("/run/vslice/uid-1/main", "/var/lib/vslice/containers/uid-1/main", False)
+LIMITS_MOUNT = MountSpec("/run/vslice-limits", "/var/lib/vslice/limits/uid-1/main", True)
 
 
 def test_in_mounts_mode_the_response_carries_everything_including_the_driver() -> None:
@@ -117,6 +148,7 @@ def test_in_mounts_mode_the_response_carries_everything_including_the_driver() -
             MountSpec("/usr/local/nvidia/lib64/libnvidia-ml.so.1", LAB_DRIVER.libraries[1], True),
             MountSpec("/var/lib/fake-gpu", "/srv/lab/fake-gpu", False),
             REGION,
+            LIMITS_MOUNT,
         ],
         devices=[
             DeviceNodeSpec("/dev/nvidia1", "/srv/lab/dev/nvidia1"),
@@ -136,6 +168,7 @@ def test_without_driver_settings_mounts_mode_answers_as_before_cdi() -> None:
         MountSpec(SHIM, SHIM, True),
         MountSpec("/etc/ld.so.preload", PRELOAD, True),
         REGION,
+        LIMITS_MOUNT,
     ]
     assert [d.host_path for d in answer.devices] == [
         "/dev/nvidia3",
@@ -156,7 +189,7 @@ def test_in_cdi_mode_the_response_names_the_gpus_and_keeps_only_what_is_per_cont
             "CUDA_DEVICE_MEMORY_LIMIT_1": "1024m",
             "CUDA_DEVICE_SM_LIMIT_1": "30",
         },
-        mounts=[REGION],
+        mounts=[REGION, LIMITS_MOUNT],
         devices=[],
         cdi_devices=["vslice.io/gpu=GPU-b", "vslice.io/gpu=GPU-a"],
     )

@@ -163,6 +163,7 @@ def test_allocate_hands_over_the_pods_slice_and_marks_it_delivered(running: Lab)
         "CUDA_DEVICE_SM_LIMIT": "50",
         "CUDA_DEVICE_SM_LIMIT_0": "50",
         "CUDA_DEVICE_MEMORY_SHARED_CACHE": f"{cache}/vslice.cache",
+        "VSLICE_LIMITS_FILE": "/run/vslice-limits/limits",
     }
     mounts = {m.container_path: (m.host_path, m.read_only) for m in answer.mounts}
     shim = str(running.files / "libvslice.so")
@@ -170,6 +171,7 @@ def test_allocate_hands_over_the_pods_slice_and_marks_it_delivered(running: Lab)
         shim: (shim, True),
         "/etc/ld.so.preload": (str(running.files / "ld.so.preload"), True),
         cache: (str(running.cache_root / "uid-train" / "main"), False),
+        "/run/vslice-limits": (str(running.files / "limits" / "uid-train" / "main"), True),
     }
     assert (running.files / "ld.so.preload").read_text() == shim + "\n"
     assert running.plugin.status()["shim"] == "ok"

@@ -93,6 +93,7 @@ def test_serve_keeps_running_without_kubelet_or_api_server_and_stops_on_sigterm(
                 "inventory": str(inventory),
                 "device_plugin_dir": str(plugin_dir),
                 "cache_root": str(tmp_path / "containers"),
+                "limits_root": str(tmp_path / "limits"),
                 "shim_library": str(tmp_path / "libvslice.so"),
                 "preload_file": str(tmp_path / "ld.so.preload"),
                 "cdi_spec_dir": str(tmp_path / "cdi"),

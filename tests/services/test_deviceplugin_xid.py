@@ -128,6 +128,7 @@ def test_an_xid_turns_that_gpus_devices_unhealthy_on_the_plugins_board(tmp_path:
         slots_per_gpu=2,
         device_plugin_dir=str(tmp_path / "dp"),
         cache_root=str(tmp_path / "containers"),
+        limits_root=str(tmp_path / "limits"),
         cdi_spec_dir=str(tmp_path / "cdi"),
     )
     plugin = DevicePlugin(settings, NvmlBackend("node-1", 2, nvml=driver), MemoryNodeApi())

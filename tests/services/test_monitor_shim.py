@@ -18,7 +18,13 @@ import pytest
 from fake_nvml import FAKE_DIR, ROOT, fake_uuid
 from prometheus_client.parser import text_string_to_metric_families
 from vslice_core.model import GpuGrant
-from vslice_services.deviceplugin.delivery import Handover, Layout, delivery
+from vslice_services.deviceplugin.delivery import (
+    REGION_FILE,
+    Handover,
+    Layout,
+    delivery,
+    limits_text,
+)
 from vslice_services.monitor.main import metrics_service
 from vslice_services.monitor.settings import MonitorSettings
 
@@ -41,9 +47,17 @@ def program(built: None, tmp_path: Path) -> Iterator[tuple[Path, subprocess.Pope
     grant = GpuGrant(uuid=fake_uuid(0), index=0, memory_mib=1024, cores=40)
     answer = delivery(Handover(layout), [grant], "uid-1", "main", {fake_uuid(0): 0})
     layout.host_cache_dir("uid-1", "main").mkdir(parents=True)
+    # The limits file as the allocator writes it; a host process finds it by its host path.
+    limits = tmp_path / "limits"
+    limits.write_text(
+        limits_text(
+            [grant], layout.container_cache_dir("uid-1", "main") / REGION_FILE, {}, "u", "c"
+        )
+    )
     env = {
         **os.environ,
         **answer.envs,
+        "VSLICE_LIMITS_FILE": str(limits),
         "LD_PRELOAD": str(SHIM),
         "LD_LIBRARY_PATH": str(FAKE_DIR),
         "FAKE_CUDA_STATE": str(tmp_path / "fake-gpu"),

@@ -10,22 +10,41 @@ while holding it.
 A failed delivered patch (API server unreachable) does not fail the container: the kubelet
 gets its answer, the claim stays, and :meth:`Allocator.retry_deliveries` (called by the
 plugin's refresh loop) writes the record once the server is back.
+
+An allocation without a valid proof (:mod:`vslice_services.deviceplugin.proofs`) is never
+pending. When an Allocate could only have been meant for such a pod, it fails with
+:class:`AllocationRefused` naming the pod and the reason, and the pod gets a Warning event
+``AllocationRefused`` (written after the lock is released, never failing the answer).
+
+Before answering, the container's limits file is written (atomically, mode 0444) into its
+own directory under ``limits_root``, which the container mounts read-only.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from vslice_core import annotations as ann
 from vslice_core.errors import ClusterError, DecodeError, VsliceError
+from vslice_core.proof import PROOF
 
-from vslice_services.deviceplugin.delivery import Delivery, Handover, delivery
+from vslice_services.deviceplugin.delivery import (
+    LIMITS_FILE,
+    REGION_FILE,
+    Delivery,
+    Handover,
+    delivery,
+    limits_text,
+)
 from vslice_services.deviceplugin.devices import gpus_of
 from vslice_services.deviceplugin.nodeapi import NodeApi
 from vslice_services.deviceplugin.pending import (
@@ -38,12 +57,22 @@ from vslice_services.deviceplugin.pending import (
     pending_containers,
 )
 from vslice_services.deviceplugin.preferred import preferred_ids
+from vslice_services.deviceplugin.proofs import ProofCheck
 
 log = logging.getLogger("vslice.deviceplugin.allocate")
 
 
 class NoPendingAllocation(VsliceError):
     """No pod on this node waits for a slice of the requested size."""
+
+
+class AllocationRefused(NoPendingAllocation):
+    """The only pods this Allocate could be meant for carry no valid allocation proof."""
+
+    def __init__(self, message: str, refused: PendingContainer, why: str) -> None:
+        super().__init__(message)
+        self.refused = refused
+        self.why = why
 
 
 def pod_facts(pod: Mapping[str, Any]) -> PodFacts:
@@ -82,8 +111,10 @@ class Allocator:
         *,
         api_wait_s: float = 10.0,
         kubelet_view: Callable[[], KubeletView | None] = lambda: None,
+        proofs: ProofCheck | None = None,
     ) -> None:
         self.node = node
+        self.proofs = proofs or ProofCheck("")
         self.api = api
         self.handover = handover
         self.gpu_minors = gpu_minors
@@ -99,8 +130,16 @@ class Allocator:
     def allocate(self, device_ids: Sequence[str]) -> Delivery:
         """The delivery for the container the kubelet is starting with ``device_ids``.
 
-        Raises InvalidRequest (unknown device IDs), NoPendingAllocation or ClusterError.
+        Raises InvalidRequest (unknown device IDs), AllocationRefused (only a pod without a
+        valid proof could match), NoPendingAllocation or ClusterError.
         """
+        try:
+            return self._allocate(device_ids)
+        except AllocationRefused as exc:
+            self._warn_refused(exc.refused, exc.why, str(exc))
+            raise
+
+    def _allocate(self, device_ids: Sequence[str]) -> Delivery:
         minors = self.gpu_minors()
         gpus_of(device_ids, minors)
         kubelet = self.kubelet_view()
@@ -109,12 +148,14 @@ class Allocator:
             pending = pending_containers(facts, self.node, kubelet)
             chosen = choose(pending, len(device_ids), self._claims, kubelet)
             if chosen is None:
+                self._refuse_unproven(facts, len(device_ids), kubelet)
                 waiting = [item for item in pending if item.key not in self._claims]
                 raise NoPendingAllocation(
                     f"no pod on node {self.node} waits for {len(device_ids)} GPU(s) "
                     f"(device IDs {', '.join(device_ids)}); pending: {describe_pending(waiting)}"
                 )
             self._prepare_cache_dir(chosen)  # before the claim: a failure here takes nothing
+            self._write_limits(chosen)
             self._claims[chosen.key] = chosen
             self._record_delivery(chosen, facts)
         log.info(
@@ -146,11 +187,61 @@ class Allocator:
         facts = []
         for pod in pods:
             try:
-                facts.append(pod_facts(pod))
+                facts.append(self._proven(pod, pod_facts(pod)))
             except DecodeError as exc:
                 self._report_bad(pod, exc)
         self._forget_settled(facts)
         return facts
+
+    def _proven(self, pod: Mapping[str, Any], facts: PodFacts) -> PodFacts:
+        """The facts, marked refused when the allocation lacks a valid proof."""
+        if not self.proofs.enabled or facts.allocation is None or facts.finished:
+            return facts
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        why = self.proofs.problem(
+            annotations.get(PROOF), facts.uid, self.node, str(annotations.get(ann.ALLOCATION))
+        )
+        return facts if why is None else dataclasses.replace(facts, refused=why)
+
+    def _refuse_unproven(
+        self, facts: Sequence[PodFacts], device_count: int, kubelet: KubeletView | None
+    ) -> None:
+        """Raise AllocationRefused when a refused pod is what this Allocate would have matched."""
+        refused = {f.uid: f.refused for f in facts if f.refused is not None}
+        if not refused:
+            return
+        unproven = [dataclasses.replace(f, refused=None) for f in facts if f.uid in refused]
+        chosen = choose(
+            pending_containers(unproven, self.node, kubelet), device_count, self._claims, kubelet
+        )
+        if chosen is None:
+            return
+        why = str(refused[chosen.uid])
+        raise AllocationRefused(
+            f"pod {chosen.namespace}/{chosen.pod} (container {chosen.container}) is refused its "
+            f"GPUs on node {self.node}: its {ann.ALLOCATION} has no valid {PROOF} ({why}); only "
+            "vslice's scheduler may allocate GPUs: create the pod again without spec.nodeName "
+            "and without vslice.io/ annotations",
+            chosen,
+            why,
+        )
+
+    def _warn_refused(self, chosen: PendingContainer, why: str, message: str) -> None:
+        log.error(
+            "allocation refused: no valid proof",
+            extra={"pod": f"{chosen.namespace}/{chosen.pod}", "error": why},
+        )
+
+        def write() -> None:
+            try:
+                self.api.pod_event(
+                    chosen.namespace, chosen.pod, chosen.uid, "AllocationRefused", message
+                )
+            except ClusterError as exc:
+                log.warning("event not written", extra={"error": str(exc)})
+
+        # Never delays the kubelet's answer: the event is a report, not state.
+        threading.Thread(target=write, name="refusal-event", daemon=True).start()
 
     def _report_bad(self, pod: Mapping[str, Any], exc: DecodeError) -> None:
         meta = pod.get("metadata") or {}
@@ -175,6 +266,27 @@ class Allocator:
         path.mkdir(parents=True, exist_ok=True)
         # Processes in the container may run as any user; the region must be writable by all.
         os.chmod(path, 0o777)
+
+    def _write_limits(self, chosen: PendingContainer) -> None:
+        """The container's limits file, complete before the answer: written beside, then
+        renamed over, so the shim never reads half a file; mode 0444, read-only mounted."""
+        layout = self.handover.layout
+        directory = layout.host_limits_dir(chosen.uid, chosen.container)
+        directory.mkdir(parents=True, exist_ok=True)
+        os.chmod(directory, 0o755)
+        region = layout.container_cache_dir(chosen.uid, chosen.container) / REGION_FILE
+        text = limits_text(
+            chosen.grants, region, self.handover.shim_env, chosen.uid, chosen.container
+        )
+        descriptor, temporary = tempfile.mkstemp(dir=directory, prefix=".limits-")
+        try:
+            with os.fdopen(descriptor, "w") as handle:
+                handle.write(text)
+            os.chmod(temporary, 0o444)
+            os.replace(temporary, directory / LIMITS_FILE)
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise
 
     # -- the delivered record -----------------------------------------------------------------
 

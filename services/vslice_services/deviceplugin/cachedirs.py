@@ -1,4 +1,4 @@
-"""Removing the region directories of pods that are gone.
+"""Removing the region directories (and the limits directories) of pods that are gone.
 
 Allocate creates ``<cache_root>/<pod uid>/<container>`` for every container it serves; nothing
 in a container's life removes it. Every ``every_s`` the sweep lists the pods bound to this node
@@ -7,6 +7,7 @@ object disappears only after the kubelet has stopped its containers, and the gra
 list taken just before an Allocate created a directory). Without an answer from the API server
 nothing is deleted. The settings ``region_sweep_seconds`` / ``region_grace_seconds`` (10 s /
 30 s) set both, so a deleted pod's region and its monitor metrics are gone within a minute.
+The limits files under ``limits_root`` (same layout) are swept by a second sweeper alike.
 """
 
 from __future__ import annotations
@@ -25,9 +26,17 @@ log = logging.getLogger("vslice.deviceplugin.cachedirs")
 
 class CacheSweeper:
     def __init__(
-        self, root: Path, api: NodeApi, node: str, *, every_s: float = 60.0, grace_s: float = 300.0
+        self,
+        root: Path,
+        api: NodeApi,
+        node: str,
+        *,
+        every_s: float = 60.0,
+        grace_s: float = 300.0,
+        what: str = "region directory",
     ) -> None:
         self.root = root
+        self.what = what
         self.api = api
         self.node = node
         self.every_s = every_s
@@ -58,7 +67,5 @@ class CacheSweeper:
                 continue
             shutil.rmtree(entry, ignore_errors=True)
             removed.append(entry)
-            log.info(
-                "removed region directory of a pod that is gone", extra={"pod_uid": entry.name}
-            )
+            log.info(f"removed {self.what} of a pod that is gone", extra={"pod_uid": entry.name})
         return removed

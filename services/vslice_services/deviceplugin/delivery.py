@@ -22,7 +22,13 @@ Layout (documented in docs/device-plugin.md):
 - each container gets its own host directory ``<cache_root>/<pod uid>/<container>``, mounted
   read-write at ``<container_cache_root>/<pod uid>/<container>``; the shim creates its region
   file ``vslice.cache`` there (``CUDA_DEVICE_MEMORY_SHARED_CACHE``), and the monitor finds
-  it on the host under the same relative path.
+  it on the host under the same relative path. The region holds usage only;
+- each container's limits are written (by the allocator, before Allocate answers) into
+  ``<limits_root>/<pod uid>/<container>/limits`` (:func:`limits_text`), a separate host
+  directory mounted read-only at :data:`CONTAINER_LIMITS_DIR`, where the shim looks first
+  (``/run/vslice-limits/limits``, shim/src/shim.h ``VS_LIMITS_PATH``). The limits also stay in
+  the environment (HAMi-compatible names, for tools that read them), but with the file in
+  force the shim lets the environment only lower a limit.
 """
 
 from __future__ import annotations
@@ -40,6 +46,10 @@ from vslice_services.deviceplugin.edits import Edits, MountSpec
 
 REGION_FILE = "vslice.cache"
 PRELOAD_PATH = "/etc/ld.so.preload"
+LIMITS_FILE = "limits"
+# Fixed: the shim looks here before any variable (shim/src/shim.h VS_LIMITS_PATH).
+CONTAINER_LIMITS_DIR = "/run/vslice-limits"
+LIMITS_VERSION = "1"
 
 Injection = Literal["cdi", "mounts"]
 
@@ -52,9 +62,13 @@ class Layout:
     container_cache_root: str = "/run/vslice"
     shim_library: str = "/usr/local/vslice/lib/libvslice.so"
     preload_file: str = "/usr/local/vslice/ld.so.preload"
+    limits_root: Path = Path("/var/lib/vslice/limits")
 
     def host_cache_dir(self, pod_uid: str, container: str) -> Path:
         return self.cache_root / pod_uid / container
+
+    def host_limits_dir(self, pod_uid: str, container: str) -> Path:
+        return self.limits_root / pod_uid / container
 
     def container_cache_dir(self, pod_uid: str, container: str) -> PurePosixPath:
         return PurePosixPath(self.container_cache_root) / pod_uid / container
@@ -119,6 +133,29 @@ def environment(grants: Sequence[GpuGrant], region_path: PurePosixPath) -> dict[
     return envs
 
 
+def limits_text(
+    grants: Sequence[GpuGrant],
+    region_path: PurePosixPath,
+    shim_env: Mapping[str, str],
+    pod_uid: str,
+    container: str,
+) -> str:
+    """The container's limits file (docs/device-plugin.md "The limits file"): what the shim
+    enforces, in the environment's names; index ``i`` is the i-th GPU granted."""
+    lines = [
+        f"# vslice limits of pod {pod_uid} container {container}: written by the device plugin, "
+        "read-only in the container",
+        f"VSLICE_LIMITS_VERSION={LIMITS_VERSION}",
+        f"CUDA_DEVICE_MEMORY_SHARED_CACHE={region_path}",
+    ]
+    for i, grant in enumerate(grants):
+        lines.append(f"CUDA_DEVICE_MEMORY_LIMIT_{i}={grant.memory_mib}m")
+        lines.append(f"CUDA_DEVICE_SM_LIMIT_{i}={grant.cores}")
+    if "VSLICE_CONTEXT_OVERHEAD" in shim_env:
+        lines.append(f"VSLICE_CONTEXT_OVERHEAD={shim_env['VSLICE_CONTEXT_OVERHEAD']}")
+    return "\n".join(lines) + "\n"
+
+
 def shared_edits(handover: Handover) -> Edits:
     """What every GPU container on this node gets, whichever GPUs and limits it has."""
     layout = handover.layout
@@ -139,14 +176,24 @@ def gpu_edits(handover: Handover, minor: int) -> Edits:
 def container_edits(
     handover: Handover, grants: Sequence[GpuGrant], pod_uid: str, container: str
 ) -> Edits:
-    """What only this container gets: its limits and its own region directory."""
+    """What only this container gets: its own region directory (writable) and its limits
+    (read-only, from the file the allocator writes)."""
     layout = handover.layout
     cache_dir = layout.container_cache_dir(pod_uid, container)
     region = MountSpec(
         str(cache_dir), str(layout.host_cache_dir(pod_uid, container)), read_only=False
     )
-    envs = {**handover.shim_env, **environment(grants, cache_dir / REGION_FILE)}
-    return Edits(envs=envs, mounts=[region])
+    limits = MountSpec(
+        CONTAINER_LIMITS_DIR, str(layout.host_limits_dir(pod_uid, container)), read_only=True
+    )
+    envs = {
+        **handover.shim_env,
+        **environment(grants, cache_dir / REGION_FILE),
+        # With the fixed path mounted this only repeats it; should the mount ever be missing,
+        # the shim fails closed on this name instead of trusting the environment.
+        "VSLICE_LIMITS_FILE": f"{CONTAINER_LIMITS_DIR}/{LIMITS_FILE}",
+    }
+    return Edits(envs=envs, mounts=[region, limits])
 
 
 def delivery(

@@ -27,6 +27,10 @@ class NodeApi(Protocol):
 
     def annotate_node(self, node: str, annotations: Mapping[str, str | None]) -> None: ...
 
+    def pod_event(self, namespace: str, name: str, uid: str, reason: str, message: str) -> None:
+        """A Warning event about the pod (``kubectl describe pod`` shows it)."""
+        ...
+
 
 def _merge(target: dict[str, Any], annotations: Mapping[str, str | None]) -> None:
     current = target.setdefault("metadata", {}).setdefault("annotations", {})
@@ -46,6 +50,7 @@ class MemoryNodeApi:
         self._nodes: dict[str, dict[str, Any]] = {}
         self.reachable = True
         self.failing_writes = False
+        self.events: list[dict[str, str]] = []  # pod_event calls, in order
 
     def put_pod(self, pod: Mapping[str, Any]) -> None:
         meta = pod["metadata"]
@@ -102,6 +107,19 @@ class MemoryNodeApi:
                 raise ClusterError(f'{what}: 404 nodes "{node}" not found', code=404)
             _merge(self._nodes[node], annotations)
 
+    def pod_event(self, namespace: str, name: str, uid: str, reason: str, message: str) -> None:
+        self._check_reachable(f"create event about pod {namespace}/{name}", write=True)
+        with self._lock:
+            self.events.append(
+                {
+                    "namespace": namespace,
+                    "pod": name,
+                    "uid": uid,
+                    "reason": reason,
+                    "message": message,
+                }
+            )
+
 
 class ConnectingNodeApi:
     """Connects on first use and again after a failed connect, so a service starts (and keeps
@@ -128,3 +146,6 @@ class ConnectingNodeApi:
 
     def annotate_node(self, node: str, annotations: Mapping[str, str | None]) -> None:
         self._target().annotate_node(node, annotations)
+
+    def pod_event(self, namespace: str, name: str, uid: str, reason: str, message: str) -> None:
+        self._target().pod_event(namespace, name, uid, reason, message)

@@ -4,7 +4,9 @@ The kubelet's Allocate carries only device IDs: no pod, no container. vslice rec
 from the cluster's own record, as a pure function over plain data:
 
 1. Pending containers are those of pods on this node that carry an allocation for this node,
-   are not finished or being deleted, and whose container is not yet marked delivered.
+   are not finished or being deleted, whose allocation is not refused (no valid proof, see
+   :mod:`vslice_services.deviceplugin.proofs`), and whose container is not yet marked
+   delivered.
 2. They are ordered by arrival, then namespace/name, then init containers before app
    containers, then position in the allocation. Arrival is the extender's bind time
    (``vslice.io/bind-time``, microseconds), else the pod's creation time. The kubelet watches
@@ -51,6 +53,7 @@ class PodFacts:
     delivered: frozenset[str] = frozenset()
     finished: bool = False
     bound: datetime | None = None  # the extender's bind time, when it recorded one
+    refused: str | None = None  # why the allocation is not trusted (no valid proof), None = ok
 
     @property
     def arrival(self) -> datetime:
@@ -108,6 +111,8 @@ def pending_containers(
     pending: list[PendingContainer] = []
     for pod in pods:
         if pod.finished or pod.allocation is None or pod.allocation.node != node:
+            continue
+        if pod.refused is not None:
             continue
         for position, container in enumerate(pod.allocation.containers):
             if not container.gpus or container.name in pod.delivered:

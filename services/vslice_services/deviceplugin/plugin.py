@@ -40,6 +40,7 @@ from vslice_services.deviceplugin.hostfiles import HostFiles, device_numbers
 from vslice_services.deviceplugin.inventory_annotation import InventoryAnnotation
 from vslice_services.deviceplugin.nodeapi import NodeApi
 from vslice_services.deviceplugin.podresources import PodResourcesClient
+from vslice_services.deviceplugin.proofs import ProofCheck
 from vslice_services.deviceplugin.servicer import DevicePluginServicer
 from vslice_services.deviceplugin.settings import DevicePluginSettings
 from vslice_services.deviceplugin.specfile import SpecFile
@@ -54,6 +55,7 @@ def handover_of(settings: DevicePluginSettings) -> Handover:
         container_cache_root=settings.container_cache_root,
         shim_library=settings.shim_library,
         preload_file=settings.preload_file,
+        limits_root=Path(settings.limits_root),
     )
     driver = Driver(
         libraries=tuple(settings.driver_libraries),
@@ -98,6 +100,7 @@ class DevicePlugin:
             backend.minors,
             api_wait_s=settings.api_wait_seconds,
             kubelet_view=self.pod_resources.view if self.pod_resources else lambda: None,
+            proofs=ProofCheck(settings.allocation_key_file),
         )
         self.annotation = InventoryAnnotation(
             api, settings.node_name, settings.annotate_every_seconds
@@ -108,6 +111,15 @@ class DevicePlugin:
             settings.node_name,
             every_s=settings.region_sweep_seconds,
             grace_s=settings.region_grace_seconds,
+        )
+        # Limits files go with their pods, on the same schedule as the region directories.
+        self.limits_sweeper = CacheSweeper(
+            Path(settings.limits_root),
+            api,
+            settings.node_name,
+            every_s=settings.region_sweep_seconds,
+            grace_s=settings.region_grace_seconds,
+            what="limits directory",
         )
         self.servicer = DevicePluginServicer(self.board, self.allocator)
         self.endpoint = PluginEndpoint(
@@ -160,6 +172,7 @@ class DevicePlugin:
         self.annotation.maybe_write(inventory, time.monotonic())
         self.allocator.retry_deliveries()
         self.sweeper.maybe_sweep(time.monotonic())
+        self.limits_sweeper.maybe_sweep(time.monotonic())
 
     def sync_node_files(self) -> None:
         """Check the host files GPU containers need; in CDI mode, rewrite the spec on change.
@@ -207,4 +220,5 @@ class DevicePlugin:
                 else "not used"
             ),
             "pod_resources": self.pod_resources.state if self.pod_resources else "not used",
+            "allocation_proof": self.allocator.proofs.state,
         }

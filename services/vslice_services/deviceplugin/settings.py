@@ -19,6 +19,7 @@ from pydantic import (
 )
 
 from vslice_services.deviceplugin import cdispec
+from vslice_services.deviceplugin.delivery import CONTAINER_LIMITS_DIR
 from vslice_services.settings import NodeServiceSettings
 
 # sockaddr_un.sun_path holds 108 bytes including the terminating NUL.
@@ -89,6 +90,18 @@ class DevicePluginSettings(NodeServiceSettings):
     )
     container_cache_root: str = Field(
         default="/run/vslice", description="Where those directories appear inside containers."
+    )
+    limits_root: str = Field(
+        default="/var/lib/vslice/limits",
+        description="Host directory of the containers' limits files: "
+        "<limits_root>/<pod uid>/<container>/limits, mounted read-only at /run/vslice-limits "
+        "in the container; keep it apart from cache_root (the region directory is writable).",
+    )
+    allocation_key_file: str = Field(
+        default="",
+        description="Key file of the allocation proofs (vslice.io/allocation-proof, the same "
+        "file as the extender's): an allocation without a valid proof is refused. Set but "
+        "missing or unreadable: every Allocate is refused. Empty: proofs are not checked.",
     )
     shim_library: str = Field(
         default="/usr/local/vslice/lib/libvslice.so",
@@ -202,7 +215,7 @@ class DevicePluginSettings(NodeServiceSettings):
             )
         return value
 
-    @field_validator("cdi_spec_dir", "driver_container_dir", "host_dev_dir")
+    @field_validator("cdi_spec_dir", "driver_container_dir", "host_dev_dir", "limits_root")
     @classmethod
     def _absolute_dir(cls, value: str, info: ValidationInfo) -> str:
         return _absolute(str(info.field_name), value)
@@ -291,12 +304,22 @@ class DevicePluginSettings(NodeServiceSettings):
                 f"it is set to driver_container_dir ({self.driver_container_dir!r})"
             )
         self._distinct_mount_points()
+        limits, cache = Path(self.limits_root), Path(self.cache_root)
+        if limits == cache or cache in limits.parents or limits in cache.parents:
+            raise ValueError(
+                f"limits_root {self.limits_root!r} must lie apart from cache_root "
+                f"{self.cache_root!r}: containers can write their region directories"
+            )
         return self
 
     def _distinct_mount_points(self) -> None:
         """Two node-wide mounts on one container path would silently hide one of them."""
         directory = PurePosixPath(self.driver_container_dir)
-        points = {self.shim_library: "shim_library", "/etc/ld.so.preload": "preload_file"}
+        points = {
+            self.shim_library: "shim_library",
+            "/etc/ld.so.preload": "preload_file",
+            CONTAINER_LIMITS_DIR: "the limits file (limits_root)",
+        }
         for i, path in enumerate(self.driver_libraries):
             points.setdefault(str(directory / PurePosixPath(path).name), f"driver_libraries[{i}]")
         for i, item in enumerate(self.driver_mounts):
