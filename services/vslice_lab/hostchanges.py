@@ -148,7 +148,7 @@ def container_processes(marker: str) -> list[int]:
 
 
 def kill_containers(marker: str, timeout: float = 10.0) -> int:
-    """SIGKILL the shims and containers of one node; the number of processes it found."""
+    """SIGKILL the shims and containers of one node; the number still there after ``timeout``."""
     pids = container_processes(marker)
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):

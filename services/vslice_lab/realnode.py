@@ -173,6 +173,7 @@ def start(node: SimulatedNode, ctx: NodeContext) -> None:
             ctx.shim,
             ctx.services_kubeconfig,
             ports.device_plugin,
+            allocation_keys=ctx.certs.allocation_keys,
         ),
     )
     monitor = configs.write_settings(
@@ -280,7 +281,8 @@ def stop(layout: Layout, record: LabRecord) -> list[str]:
     problems = []
     for name in record.real_nodes:
         node = node_layout(layout, name)
-        left = hostchanges.kill_containers(str(node.root))
+        # The shims' command lines name containerd's socket (``-address``), not the node dir.
+        left = hostchanges.kill_containers(str(node.containerd_socket))
         if left:
             problems.append(f"{left} container process(es) of {name} did not exit")
         shutil.rmtree(node.run_dir, ignore_errors=True)
