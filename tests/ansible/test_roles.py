@@ -345,3 +345,55 @@ def test_uninstall_takes_out_exactly_the_runtime_the_toolkit_role_added(tmp_path
     again = _containerd_step(tmp_path, "vslice_uninstall", "runtime.yml")
     assert "changed=0" in again, again[-3000:]
     assert config.read_text() == SITE_CONTAINERD
+
+
+def _render_control_plane_template(name: str, **variables: object) -> list[dict[str, object]]:
+    """A template of the control plane role rendered with its defaults (plain Jinja2 with the
+    Ansible filters these templates use)."""
+    import jinja2
+
+    role = ROLES / "vslice_control_plane"
+    defaults = yaml.safe_load((role / "defaults" / "main.yml").read_text())
+    environment = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    environment.filters["to_json"] = json.dumps
+    environment.filters["unique"] = lambda items: list(dict.fromkeys(items))  # Ansible's: a list
+    template = environment.from_string((role / "templates" / name).read_text())
+    text = template.render({**defaults, "ansible_managed": "test", **variables})
+    return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+def test_the_roles_state_policy_is_the_one_the_lab_installs() -> None:
+    from vslice_services.webhook.statepolicy import state_policy
+
+    rendered = _render_control_plane_template("state-policy.yaml.j2")
+    accounts = [
+        f"system:serviceaccount:vslice-system:{a}" for a in ("vslice-control-plane", "vslice-node")
+    ]
+    assert rendered == list(
+        state_policy(users=accounts, excluded_namespaces=["vslice-system", "kube-system"])
+    )
+
+
+def test_the_gpu_namespaces_get_the_pod_security_level() -> None:
+    assert _render_control_plane_template("gpu-namespaces.yaml.j2") == []
+    rendered = _render_control_plane_template(
+        "gpu-namespaces.yaml.j2",
+        vslice_control_plane_gpu_namespaces=["team-a", "team-b"],
+        vslice_control_plane_pod_security_level="restricted",
+    )
+    assert [doc["metadata"]["name"] for doc in rendered] == ["team-a", "team-b"]  # type: ignore[index]
+    for doc in rendered:
+        labels = doc["metadata"]["labels"]  # type: ignore[index]
+        assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+
+
+def test_no_pod_label_opts_out_of_the_webhook() -> None:
+    (configuration,) = _render_control_plane_template(
+        "webhook.yaml.j2",
+        _vslice_control_plane_webhook_url="https://127.0.0.1:8443/mutate",
+        __vslice_control_plane_ca_bundle={"content": "Q0E="},
+    )
+    (hook,) = configuration["webhooks"]  # type: ignore[index]
+    assert "objectSelector" not in hook
+    expressions = hook["namespaceSelector"]["matchExpressions"]
+    assert {"key": "vslice.io/webhook", "operator": "NotIn", "values": ["disabled"]} in expressions

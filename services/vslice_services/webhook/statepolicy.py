@@ -35,9 +35,13 @@ def exempt_condition(users: Sequence[str], groups: Sequence[str]) -> str:
 
 
 def state_policy(
-    users: Sequence[str] = (), groups: Sequence[str] = ()
+    users: Sequence[str] = (),
+    groups: Sequence[str] = (),
+    excluded_namespaces: Sequence[str] = ("kube-system",),
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The policy and its binding; requests by ``users`` or members of ``groups`` pass."""
+    """The policy and its binding; requests by ``users`` or members of ``groups`` pass, and so
+    does everything in ``excluded_namespaces`` (those the webhook configuration leaves out by
+    name, where only administrators create pods)."""
     policy = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
@@ -52,7 +56,16 @@ def state_policy(
                         "operations": ["CREATE", "UPDATE"],
                         "resources": ["pods", "pods/status", "pods/binding"],
                     }
-                ]
+                ],
+                "namespaceSelector": {
+                    "matchExpressions": [
+                        {
+                            "key": "kubernetes.io/metadata.name",
+                            "operator": "NotIn",
+                            "values": list(excluded_namespaces),
+                        }
+                    ]
+                },
             },
             "matchConditions": [
                 {"name": "not-vslice", "expression": exempt_condition(users, groups)}
