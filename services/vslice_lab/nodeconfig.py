@@ -167,6 +167,11 @@ class NodeLayout:
         return self.root / "regions"
 
     @property
+    def limits_root(self) -> Path:
+        """The device plugin's limits files, apart from the writable region directories."""
+        return self.root / "limits"
+
+    @property
     def fake_state(self) -> Path:
         return self.root / "fake-gpu-state"
 
@@ -431,7 +436,10 @@ def device_plugin_settings(
     shim: ShimBuild,
     admin: Path,
     port: int,
+    allocation_keys: Path | None = None,
 ) -> dict[str, Any]:
+    """The device plugin's settings; with ``allocation_keys`` (the lab's proof key file, the
+    extender's) it refuses allocations without a valid proof, as on a production node."""
     return {
         "node_name": name,
         "kubeconfig": str(admin),
@@ -441,6 +449,8 @@ def device_plugin_settings(
         "device_plugin_dir": str(DEVICE_PLUGIN_DIR),
         "pod_resources_socket": str(layout.pod_resources_socket),
         "cache_root": str(layout.cache_root),
+        "limits_root": str(layout.limits_root),
+        "allocation_key_file": str(allocation_keys) if allocation_keys else "",
         "shim_library": str(shim.library),
         "preload_file": str(layout.preload_file),
         "injection": "cdi",
