@@ -179,6 +179,34 @@ def test_without_a_key_file_proofs_are_off_and_status_says_so(
 # -- the limits file -----------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    "path", ["/run/vslice-limits", "/run/vslice-limits/limits", "/etc/ld.so.preload"]
+)
+def test_a_pod_mounting_a_volume_over_vslices_read_only_files_is_refused(
+    short_dir: Path, tmp_path: Path, path: str
+) -> None:
+    # Checked with or without proofs: a volume there would replace the limits file.
+    for lab in _running(short_dir, tmp_path, ""):
+        pod = _pod("sneaky")
+        pod["spec"]["containers"][0]["volumeMounts"] = [{"name": "mine", "mountPath": path}]
+        lab.api.put_pod(pod)
+        error = _refused(lab, f"{GPU_A}::0")
+        assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert f"main: {path}" in str(error.details())
+        [event] = _events(lab)
+        assert event["reason"] == "AllocationRefused" and path in event["message"]
+
+
+def test_a_volume_elsewhere_under_run_is_fine(running: Lab) -> None:
+    pod = signed(_pod("train"))
+    pod["spec"]["containers"][0]["volumeMounts"] = [
+        {"name": "a", "mountPath": "/run/vslice-limits-not"},
+        {"name": "b", "mountPath": "/run"},
+    ]
+    running.api.put_pod(pod)
+    allocate(running.client(), f"{GPU_A}::0")
+
+
 def test_the_limits_file_is_written_read_only_before_the_answer(running: Lab) -> None:
     running.api.put_pod(signed(_pod("train", memory=2048)))
     answer = allocate(running.client(), f"{GPU_A}::0")

@@ -11,8 +11,10 @@ A failed delivered patch (API server unreachable) does not fail the container: t
 gets its answer, the claim stays, and :meth:`Allocator.retry_deliveries` (called by the
 plugin's refresh loop) writes the record once the server is back.
 
-An allocation without a valid proof (:mod:`vslice_services.deviceplugin.proofs`) is never
-pending. When an Allocate could only have been meant for such a pod, it fails with
+An allocation without a valid proof (:mod:`vslice_services.deviceplugin.proofs`), or of a
+pod that would mount a volume over the files vslice hands its containers read-only (the
+limits directory, ``/etc/ld.so.preload``), is never pending. When an Allocate could only have
+been meant for such a pod, it fails with
 :class:`AllocationRefused` naming the pod and the reason, and the pod gets a Warning event
 ``AllocationRefused`` (written after the lock is released, never failing the answer).
 
@@ -38,12 +40,15 @@ from vslice_core.errors import ClusterError, DecodeError, VsliceError
 from vslice_core.proof import PROOF
 
 from vslice_services.deviceplugin.delivery import (
+    CONTAINER_LIMITS_DIR,
     LIMITS_FILE,
+    PRELOAD_PATH,
     REGION_FILE,
     Delivery,
     Handover,
     delivery,
     limits_text,
+    shadowing_mounts,
 )
 from vslice_services.deviceplugin.devices import gpus_of
 from vslice_services.deviceplugin.nodeapi import NodeApi
@@ -194,14 +199,31 @@ class Allocator:
         return facts
 
     def _proven(self, pod: Mapping[str, Any], facts: PodFacts) -> PodFacts:
-        """The facts, marked refused when the allocation lacks a valid proof."""
-        if not self.proofs.enabled or facts.allocation is None or facts.finished:
+        """The facts, marked refused when the allocation lacks a valid proof or the pod would
+        mount a volume over the files vslice hands its containers read-only."""
+        if facts.allocation is None or facts.finished:
+            return facts
+        covered = shadowing_mounts(pod, (CONTAINER_LIMITS_DIR, PRELOAD_PATH))
+        if covered:
+            why = (
+                f"it mounts a volume over vslice's read-only files ({', '.join(covered)}); "
+                f"remove the volumeMount at {CONTAINER_LIMITS_DIR} or {PRELOAD_PATH}"
+            )
+            return dataclasses.replace(facts, refused=why)
+        if not self.proofs.enabled:
             return facts
         annotations = (pod.get("metadata") or {}).get("annotations") or {}
-        why = self.proofs.problem(
+        reason = self.proofs.problem(
             annotations.get(PROOF), facts.uid, self.node, str(annotations.get(ann.ALLOCATION))
         )
-        return facts if why is None else dataclasses.replace(facts, refused=why)
+        if reason is None:
+            return facts
+        why = (
+            f"its {ann.ALLOCATION} has no valid {PROOF} ({reason}); only vslice's scheduler "
+            "may allocate GPUs: create the pod again without spec.nodeName and without "
+            "vslice.io/ annotations"
+        )
+        return dataclasses.replace(facts, refused=why)
 
     def _refuse_unproven(
         self, facts: Sequence[PodFacts], device_count: int, kubelet: KubeletView | None
@@ -219,16 +241,14 @@ class Allocator:
         why = str(refused[chosen.uid])
         raise AllocationRefused(
             f"pod {chosen.namespace}/{chosen.pod} (container {chosen.container}) is refused its "
-            f"GPUs on node {self.node}: its {ann.ALLOCATION} has no valid {PROOF} ({why}); only "
-            "vslice's scheduler may allocate GPUs: create the pod again without spec.nodeName "
-            "and without vslice.io/ annotations",
+            f"GPUs on node {self.node}: {why}",
             chosen,
             why,
         )
 
     def _warn_refused(self, chosen: PendingContainer, why: str, message: str) -> None:
         log.error(
-            "allocation refused: no valid proof",
+            "allocation refused",
             extra={"pod": f"{chosen.namespace}/{chosen.pod}", "error": why},
         )
 

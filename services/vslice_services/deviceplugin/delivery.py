@@ -133,6 +133,22 @@ def environment(grants: Sequence[GpuGrant], region_path: PurePosixPath) -> dict[
     return envs
 
 
+def shadowing_mounts(pod: Mapping[str, Any], protected: Sequence[str]) -> list[str]:
+    """The pod's volume mounts that would cover a path vslice mounts into its containers
+    (``protected``), as ``container: path``. The runtime mounts a pod's volumes after the
+    device plugin's mounts, so a volume at such a path (or below it) would replace vslice's
+    read-only file with one of the pod's own (a ConfigMap is read-only too)."""
+    spec = pod.get("spec") or {}
+    found = []
+    for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        for mount in container.get("volumeMounts") or []:
+            path = PurePosixPath(str(mount.get("mountPath", "/")))
+            for guarded in protected:
+                if path == PurePosixPath(guarded) or PurePosixPath(guarded) in path.parents:
+                    found.append(f"{container.get('name')}: {path}")
+    return found
+
+
 def limits_text(
     grants: Sequence[GpuGrant],
     region_path: PurePosixPath,

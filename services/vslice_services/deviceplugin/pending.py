@@ -5,8 +5,8 @@ from the cluster's own record, as a pure function over plain data:
 
 1. Pending containers are those of pods on this node that carry an allocation for this node,
    are not finished or being deleted, whose allocation is not refused (no valid proof, see
-   :mod:`vslice_services.deviceplugin.proofs`), and whose container is not yet marked
-   delivered.
+   :mod:`vslice_services.deviceplugin.proofs`, or a volume over vslice's read-only files),
+   and whose container is not yet marked delivered.
 2. They are ordered by arrival, then namespace/name, then init containers before app
    containers, then position in the allocation. Arrival is the extender's bind time
    (``vslice.io/bind-time``, microseconds), else the pod's creation time. The kubelet watches
