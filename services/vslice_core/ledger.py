@@ -12,6 +12,18 @@ concurrent binds unable to over-allocate a GPU.
 
 Allocations whose node disappears are kept (with their namespace usage) until released;
 when the node comes back, :meth:`Ledger.set_node` re-applies them.
+
+What the ledger cannot vouch for still counts, and never frees room:
+
+- an *unproven* allocation (:meth:`Ledger.add` with ``proven=False``: no valid proof that
+  vslice's extender wrote it) is recorded beside the pod's proven one, so editing a pod's
+  allocation down books more, never less, until the pod is gone;
+- counting what nobody checked can push a GPU past its memory, cores or slots: such a GPU is
+  *over-booked* (:meth:`Ledger.overbooked`), and the engine's own capacity checks give it
+  nothing more until the usage is back within capacity;
+- a node can be *blocked* (:meth:`Ledger.block_node`, e.g. a running pod's allocation there
+  cannot be read, so which GPUs it holds is unknown): no new slice is placed on it until every
+  block is lifted.
 """
 
 from __future__ import annotations
@@ -48,6 +60,10 @@ from vslice_core.placement import (
     types_match,
 )
 from vslice_core.ranking import NodeRanking
+
+BLOCKED = "node_blocked"
+"""Reason code of a node that takes nothing new until its blocks are lifted (extender only)."""
+_UNPROVEN = "\0unproven"  # record key suffix: never a valid pod uid
 
 
 def charges(allocation: Allocation) -> dict[str, GpuUsage]:
@@ -114,6 +130,8 @@ class Ledger:
         self._quotas: dict[str, NamespaceQuota] = {}
         self._namespace_used: dict[str, list[int]] = {}
         self._ranking = NodeRanking()
+        self._blocks: dict[str, dict[str, str]] = {}  # node -> {block key: why}
+        self._over: dict[str, set[str]] = {}  # node -> uuids of its over-booked GPUs
 
     # ----- nodes and quotas -------------------------------------------------------------
     def set_node(
@@ -125,6 +143,8 @@ class Ledger:
             self._nodes[inventory.name] = state
             for uid in sorted(self._by_node.get(inventory.name, ())):
                 self._apply_charges(state, self._pods[uid], 1)
+            self._over.pop(inventory.name, None)
+            self._check_over(state, [gpu.uuid for gpu in state.gpus])
             state.refresh()
             self._index(state)
 
@@ -133,6 +153,7 @@ class Ledger:
         with self._lock:
             self._unindex(name)
             self._nodes.pop(name, None)
+            self._over.pop(name, None)
 
     def set_quota(self, namespace: str, quota: NamespaceQuota | None) -> None:
         with self._lock:
@@ -142,20 +163,80 @@ class Ledger:
                 self._quotas[namespace] = quota
 
     # ----- pods -------------------------------------------------------------------------
-    def add(self, pod_uid: str, allocation: Allocation, namespace: str = "default") -> None:
-        """Record a known allocation (idempotent per uid; a different one replaces it)."""
+    def add(
+        self,
+        pod_uid: str,
+        allocation: Allocation,
+        namespace: str = "default",
+        *,
+        proven: bool = True,
+    ) -> None:
+        """Record a known allocation (idempotent per uid; a different one replaces it).
+
+        ``proven=False``: an allocation vslice cannot vouch for. It is counted *in addition*
+        to the pod's proven allocation (unless it is the same), replacing only an earlier
+        unproven one; a proven value drops the unproven one again. No capacity check: what a
+        pod holds is counted whether or not it fits (see :meth:`overbooked`).
+        """
         with self._lock:
-            current = self._pods.get(pod_uid)
+            key = pod_uid if proven else pod_uid + _UNPROVEN
+            if proven:
+                self._forget(pod_uid + _UNPROVEN)
+            else:
+                trusted = self._pods.get(pod_uid)
+                if trusted and trusted.allocation == allocation:
+                    self._forget(key)  # the same slices as the proven record: count them once
+                    return
+            current = self._pods.get(key)
             if current and current.allocation == allocation and current.namespace == namespace:
                 return
-            self._forget(pod_uid)
-            self._remember(pod_uid, _record(namespace, allocation))
+            self._forget(key)
+            self._remember(key, _record(namespace, allocation))
 
     def release(self, pod_uid: str) -> Allocation | None:
-        """Give a pod's slices back; returns what it held (None if unknown)."""
+        """Give a pod's slices back (proven and unproven); returns what it held by proof
+        (None if unknown)."""
         with self._lock:
+            self._forget(pod_uid + _UNPROVEN)
             record = self._forget(pod_uid)
             return record.allocation if record else None
+
+    def unproven(self, pod_uid: str) -> Allocation | None:
+        """The pod's unproven allocation, if one is counted."""
+        with self._lock:
+            record = self._pods.get(pod_uid + _UNPROVEN)
+            return record.allocation if record else None
+
+    # ----- blocked nodes, over-booked GPUs -----------------------------------------------
+    def block_node(self, node: str, key: str, why: str) -> None:
+        """Place nothing new on ``node`` until :meth:`unblock` of every key (idempotent)."""
+        with self._lock:
+            self._unblock(key)
+            self._blocks.setdefault(node, {})[key] = why
+            self._unindex(node)
+
+    def unblock(self, key: str) -> None:
+        with self._lock:
+            self._unblock(key)
+
+    def blocked_nodes(self) -> dict[str, dict[str, str]]:
+        """``{node: {block key: why}}`` of every blocked node."""
+        with self._lock:
+            return {node: dict(blocks) for node, blocks in sorted(self._blocks.items())}
+
+    def overbooked(self) -> dict[str, dict[str, GpuUsage]]:
+        """``{node: {gpu uuid: usage}}`` of every GPU whose usage exceeds its memory, cores or
+        slots (only possible through allocations recorded without a capacity check)."""
+        with self._lock:
+            found: dict[str, dict[str, GpuUsage]] = {}
+            for name, uuids in sorted(self._over.items()):
+                state = self._nodes[name]
+                for uuid in sorted(uuids):
+                    gpu = state.by_uuid[uuid]
+                    found.setdefault(name, {})[uuid] = GpuUsage(
+                        slots=gpu.used_slots, memory_mib=gpu.used_memory, cores=gpu.used_cores
+                    )
+            return found
 
     def try_commit(self, pod_uid: str, allocation: Allocation, namespace: str = "default") -> None:
         """Re-check that the allocation still fits and record it, atomically; else NoFit."""
@@ -187,11 +268,16 @@ class Ledger:
             # The pod's own earlier allocation, if any, must not stand in its way.
             previous = self._forget(request.uid)
             state = self._nodes.get(node)
-            outcome = self._evaluate(state, ask) if state else Outcome(False, {"too_few_gpus": 1})
+            if state is None:
+                outcome = Outcome(False, {"too_few_gpus": 1})
+            elif node in self._blocks:
+                outcome = Outcome(False, {BLOCKED: 1})
+            else:
+                outcome = self._evaluate(state, ask)
             if state is None or not outcome.fits:
                 if previous is not None:
                     self._remember(request.uid, previous)
-                reasons = {c: outcome.reasons[c] for c in REASONS if c in outcome.reasons}
+                reasons = {c: n for c, n in outcome.reasons.items() if c in (*REASONS, BLOCKED)}
                 raise NoFit(
                     f"pod {request.namespace}/{request.name} does not fit on node {node}",
                     reasons={node: reasons},
@@ -262,6 +348,9 @@ class Ledger:
             if state is None:
                 verdicts[name] = NodeVerdict(fits=False, reasons={"too_few_gpus": 1})
                 continue
+            if name in self._blocks:
+                verdicts[name] = NodeVerdict(fits=False, reasons={BLOCKED: 1})
+                continue
             outcome = evaluate(state, ask, room)
             score = node_score(state, ask.node_policy) if outcome.fits else None
             reasons = {code: outcome.reasons[code] for code in REASONS if code in outcome.reasons}
@@ -298,8 +387,9 @@ class Ledger:
             return record.allocation if record else None
 
     def pod_uids(self) -> list[str]:
+        """Uids of the pods with anything recorded (proven or not)."""
         with self._lock:
-            return sorted(self._pods)
+            return sorted({key.removesuffix(_UNPROVEN) for key in self._pods})
 
     def node_names(self) -> list[str]:
         with self._lock:
@@ -333,6 +423,7 @@ class Ledger:
         state = self._nodes.get(node)
         if state is not None:
             self._apply_charges(state, record, 1)
+            self._check_over(state, record.charges)
             state.refresh()
             self._index(state)
 
@@ -350,9 +441,26 @@ class Ledger:
         state = self._nodes.get(node)
         if state is not None:
             self._apply_charges(state, record, -1)
+            self._check_over(state, record.charges)
             state.refresh()
             self._index(state)
         return record
+
+    def _check_over(self, state: NodeState, uuids: Iterable[str]) -> None:
+        """Refresh which of these GPUs of the node are over-booked."""
+        over = self._over.setdefault(state.name, set())
+        for uuid in uuids:
+            gpu = state.by_uuid.get(uuid)
+            if gpu is not None and (
+                gpu.used_memory > gpu.memory
+                or gpu.used_cores > gpu.cores
+                or gpu.used_slots > gpu.slots
+            ):
+                over.add(uuid)
+            else:
+                over.discard(uuid)
+        if not over:
+            del self._over[state.name]
 
     def _count_namespace(self, record: _Record, sign: int) -> None:
         used = self._namespace_used.setdefault(record.namespace, [0, 0, 0])
@@ -369,8 +477,20 @@ class Ledger:
                 apply_usage(gpu, usage, sign)
 
     def _index(self, state: NodeState) -> None:
-        """Re-rank a node after its usage changed (replaces its previous rank)."""
+        """Re-rank a node after its usage changed (replaces its previous rank); a blocked
+        node stays out of the ranking, so no decision walks to it."""
+        if state.name in self._blocks:
+            return
         self._ranking.put(state.name, state.load, state.idle_gpus)
+
+    def _unblock(self, key: str) -> None:
+        for node in [n for n, blocks in self._blocks.items() if key in blocks]:
+            del self._blocks[node][key]
+            if not self._blocks[node]:
+                del self._blocks[node]
+                state = self._nodes.get(node)
+                if state is not None:
+                    self._index(state)
 
     def _unindex(self, name: str) -> None:
         self._ranking.remove(name)
@@ -380,6 +500,8 @@ class Ledger:
         state = self._nodes.get(record.allocation.node)
         if state is None:
             return {"too_few_gpus": 1}
+        if record.allocation.node in self._blocks:
+            return {BLOCKED: 1}
         reasons: dict[str, int] = {}
         for uuid, usage in record.charges.items():
             gpu = state.by_uuid.get(uuid)

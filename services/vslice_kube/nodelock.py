@@ -14,7 +14,10 @@ one binding there, and re-checks the node's usage before it books anything.
   swaps in a new lock in one call. When that works, nobody else held the lock since our last
   release, so nobody else can have booked anything there meanwhile: ``Held.others_since``
   is False and the caller may skip re-reading the node's pods.
-- A crashed holder blocks the node for at most the TTL (seconds, not minutes).
+- A crashed holder blocks the node for at most the TTL (seconds, not minutes). A lock whose
+  expiry lies further ahead than now + the TTL was not written by a replica with this TTL
+  (a hand-written lock "until 2100", a broken clock): it is treated as expired, so it can
+  never stop binds for longer than the TTL either.
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ log = logging.getLogger("vslice.nodelock")
 
 REQUEST_TIMEOUT_S = 10.0
 RELEASED = datetime(1970, 1, 1, tzinfo=UTC)
+# Replicas' clocks differ a little; a lock this far beyond now + TTL is still honoured.
+_CLOCK_SLACK = timedelta(seconds=2)
 _POINTER = "/metadata/annotations/" + NODE_LOCK.replace("~", "~0").replace("/", "~1")
 
 
@@ -91,7 +96,7 @@ class NodeLocker:
         deadline = time.monotonic() + self._wait
         while True:
             current, version = self._read(node)
-            if current is None or current.holder == self.holder or current.expired(self._clock()):
+            if current is None or current.holder == self.holder or self._stale(node, current):
                 renew_after = time.monotonic() + self._ttl.total_seconds() / 2
                 fresh = self._fresh_value()
                 if self._write(node, fresh, version):
@@ -110,6 +115,19 @@ class NodeLocker:
         else:
             # Expired and taken over, or unreachable: the TTL frees it in any case.
             log.warning("node lock was not ours to release", extra={"node": held.node})
+
+    def _stale(self, node: str, lock: NodeLock) -> bool:
+        """Expired, or expiring beyond what any holder with this TTL could have written."""
+        now = self._clock()
+        if lock.expired(now):
+            return True
+        if lock.expires > now + self._ttl + _CLOCK_SLACK:
+            log.warning(
+                "node lock expires beyond the lock TTL; treated as expired",
+                extra={"node": node, "holder": lock.holder, "expires": lock.expires.isoformat()},
+            )
+            return True
+        return False
 
     def _fresh_value(self) -> str:
         return encode_node_lock(NodeLock(holder=self.holder, expires=self._clock() + self._ttl))

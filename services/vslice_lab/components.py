@@ -49,6 +49,8 @@ class Certificates:
     """The API server's client certificate towards kubelets (logs, exec)."""
     allocation_keys: Path
     """Allocation proof keys (``vslice_core.proof``): the extender signs, device plugins verify."""
+    extender: KeyPair
+    """The extender's serving certificate (kube-scheduler calls it over HTTPS)."""
     services: KeyPair
     """The client certificate of vslice's own services (group ``vslice:services``, which the
     state-annotation admission policy lets through)."""

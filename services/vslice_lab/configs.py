@@ -5,12 +5,15 @@ The KubeSchedulerConfiguration runs two profiles, ``default-scheduler`` and
 both: filter + bind, ``nodeCacheCapable`` (node names only, the extender keeps its own node
 cache), and the vslice resource names as managed resources. Only ``nvidia.com/gpu`` is left to
 kube-scheduler's own fit check too (each node advertises one device per GPU slot); memory,
-percentage and cores are ``ignoredByScheduler`` because no node advertises them.
+percentage and cores are ``ignoredByScheduler`` because no node advertises them. An
+``https://`` extender URL is called with ``enableHTTPS`` and kube-scheduler's own client
+certificate (the extender accepts only that one), verifying the extender against the lab CA.
 """
 
 from __future__ import annotations
 
 import base64
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +57,16 @@ def write_kubeconfig(path: Path, server: str, ca: Path, client: KeyPair, user: s
     return path
 
 
-def extender_entry(url: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ExtenderTls:
+    """How kube-scheduler calls an ``https://`` extender: the CA that signed the extender's
+    certificate, and the client certificate it presents."""
+
+    ca: Path
+    client: KeyPair
+
+
+def extender_entry(url: str, tls: ExtenderTls | None = None) -> dict[str, Any]:
     """The ``extenders`` item that sends GPU pods to the vslice extender at ``url``."""
     names = DEFAULT_RESOURCE_NAMES
     managed = [{"name": names.gpu, "ignoredByScheduler": False}]
@@ -62,7 +74,7 @@ def extender_entry(url: str) -> dict[str, Any]:
         {"name": name, "ignoredByScheduler": True}
         for name in (names.memory, names.memory_percent, names.cores)
     ]
-    return {
+    entry: dict[str, Any] = {
         "urlPrefix": url,
         "filterVerb": "filter",
         "bindVerb": "bind",
@@ -72,9 +84,20 @@ def extender_entry(url: str) -> dict[str, Any]:
         "managedResources": managed,
         "ignorable": False,
     }
+    if url.startswith("https://"):
+        entry["enableHTTPS"] = True
+        if tls is not None:
+            entry["tlsConfig"] = {
+                "caFile": str(tls.ca),
+                "certFile": str(tls.client.cert),
+                "keyFile": str(tls.client.key),
+            }
+    return entry
 
 
-def write_scheduler_config(path: Path, kubeconfig: Path, extender_url: str | None) -> Path:
+def write_scheduler_config(
+    path: Path, kubeconfig: Path, extender_url: str | None, tls: ExtenderTls | None = None
+) -> Path:
     """The KubeSchedulerConfiguration (see the module docstring)."""
     document: dict[str, Any] = {
         "apiVersion": "kubescheduler.config.k8s.io/v1",
@@ -84,7 +107,7 @@ def write_scheduler_config(path: Path, kubeconfig: Path, extender_url: str | Non
         "profiles": [{"schedulerName": name} for name in SCHEDULER_PROFILES],
     }
     if extender_url:
-        document["extenders"] = [extender_entry(extender_url)]
+        document["extenders"] = [extender_entry(extender_url, tls)]
     path.write_text(yaml.safe_dump(document, sort_keys=False))
     return path
 

@@ -223,10 +223,13 @@ def _control_plane(
     )
     extender_url = options.extender_url
     if extender_url is None and start_services:
-        extender_url = f"http://{HOST}:{ports['vslice-scheduler']}"
+        extender_url = f"https://{HOST}:{ports['vslice-scheduler']}"
     record.extender_url = extender_url or ""
     sched_config = configs.write_scheduler_config(
-        layout.config / "kube-scheduler.yaml", sched_kubeconfig, extender_url
+        layout.config / "kube-scheduler.yaml",
+        sched_kubeconfig,
+        extender_url,
+        tls=configs.ExtenderTls(certs.ca.cert, certs.scheduler),
     )
     group = [
         components.kube_controller_manager(
@@ -246,10 +249,20 @@ def _control_plane(
 def _services(
     layout: Layout, certs: Certificates, admin: Path, ports: dict[str, int]
 ) -> list[Component]:
+    # HTTPS; the verbs answer only kube-scheduler's client certificate (CN
+    # system:kube-scheduler, from the lab CA). Allocations are signed with the lab's key.
     services_kubeconfig = _services_kubeconfig(layout, certs, ports)
     extender = configs.write_settings(
         layout.extender_settings,
-        {"kubeconfig": str(services_kubeconfig), "listen": f"{HOST}:{ports['vslice-scheduler']}"},
+        {
+            "kubeconfig": str(services_kubeconfig),
+            "listen": f"{HOST}:{ports['vslice-scheduler']}",
+            "allocation_key_file": str(certs.allocation_keys),
+            "tls_cert_file": str(certs.extender.cert),
+            "tls_key_file": str(certs.extender.key),
+            "client_ca_file": str(certs.ca.cert),
+            "client_names": ["system:kube-scheduler"],
+        },
     )
     webhook = configs.write_settings(
         layout.webhook_settings,
@@ -262,7 +275,7 @@ def _services(
         },
     )
     # /readyz: the extender answers filter/bind only once its ledger is loaded.
-    extender_probe = Probe(f"http://{HOST}:{ports['vslice-scheduler']}/readyz")
+    extender_probe = Probe(f"https://{HOST}:{ports['vslice-scheduler']}/readyz", ca=certs.ca.cert)
     webhook_probe = Probe(f"https://{HOST}:{ports['vslice-webhook']}/healthz", ca=certs.ca.cert)
     return [
         components.vslice_service("scheduler", extender, extender_probe, ports["vslice-scheduler"]),
@@ -343,6 +356,15 @@ def prepare_pki(layout: Layout) -> Certificates:
             organization="system:masters",
         ),
         allocation_keys=pki.ensure_allocation_keys(directory),
+        extender=pki.issue(
+            ca,
+            directory,
+            "vslice-scheduler",
+            common_name="vslice-scheduler",
+            hosts=loopback,
+            server=True,
+            client=False,
+        ),
         # The services' identity towards the API server. system:masters keeps the lab free of
         # RBAC for them; vslice:services is what the state-annotation policy exempts (the
         # admin is not: nobody but vslice writes vslice's state, an administrator included).
@@ -523,7 +545,7 @@ def _probes(layout: Layout, record: LabRecord) -> dict[str, Probe]:
         ),
         "kube-scheduler": Probe(f"https://{HOST}:{port['kube-scheduler']}/healthz", ca=ca),
         "kwok": Probe(f"http://{HOST}:{port['kwok']}/healthz"),
-        "vslice-scheduler": Probe(f"http://{HOST}:{port['vslice-scheduler']}/readyz"),
+        "vslice-scheduler": Probe(f"https://{HOST}:{port['vslice-scheduler']}/readyz", ca=ca),
         "vslice-webhook": Probe(f"https://{HOST}:{port['vslice-webhook']}/healthz", ca=ca),
     }
 

@@ -161,9 +161,11 @@ class _Server(ThreadingHTTPServer):
         address: tuple[str, int],
         routes: Mapping[tuple[str, str], Handler],
         tls: ReloadingTlsContext | None,
+        client_auth: ClientAuth | None = None,
     ) -> None:
         self.routes = routes
         self.tls = tls
+        self.client_auth = client_auth
         self.in_flight = 0
         self.settled = threading.Condition()
         if ":" in address[0]:
@@ -214,6 +216,11 @@ class _RequestHandler(BaseHTTPRequestHandler):
         if isinstance(body, Response):
             self._send(body)
             return
+        refusal = self._refusal(method, path)
+        if refusal is not None:
+            log.warning("caller refused", extra={"path": path, "error": refusal})
+            self._send(Response.text(f"forbidden: {refusal}", 403))
+            return
         started = time.perf_counter()
         with self.server.settled:
             self.server.in_flight += 1
@@ -236,6 +243,14 @@ class _RequestHandler(BaseHTTPRequestHandler):
             },
         )
         self._send(response)
+
+    def _refusal(self, method: str, path: str) -> str | None:
+        auth = self.server.client_auth
+        if auth is None or (method, path) not in auth.routes:
+            return None
+        if not isinstance(self.connection, ssl.SSLSocket):
+            return "this route is served over HTTPS with a client certificate only"
+        return auth.refusal(self.connection.getpeercert())
 
     def _read_body(self) -> bytes | Response:
         raw_length = self.headers.get("Content-Length", "0")
@@ -271,9 +286,10 @@ class HttpService:
         routes: Mapping[tuple[str, str], Handler],
         *,
         tls: ReloadingTlsContext | None = None,
+        client_auth: ClientAuth | None = None,
     ) -> None:
         table = {("GET", "/healthz"): _healthz, **routes}
-        self._server = _Server(listen, table, tls)
+        self._server = _Server(listen, table, tls, client_auth)
         self._thread: threading.Thread | None = None
 
     @property

@@ -19,7 +19,7 @@ import socket
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -145,6 +145,48 @@ class SchedulerSettings(ServiceSettings):
         gt=0,
         description="Watches are restarted with a full relist at least this often.",
     )
+    unknown_pod_hold_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        description="A filter hold for a pod the pod watch has not shown within this time "
+        "(a pod that does not exist) is dropped.",
+    )
+    allocation_key_file: str = Field(
+        default="",
+        description="Allocation proof keys ('<key id> <hex key>' per line): every allocation "
+        "is signed with the last key, proofs made with any key are accepted. Empty: allocations "
+        "are neither signed nor checked.",
+    )
+    tls_cert_file: str = Field(
+        default="",
+        description="PEM certificate served over HTTPS; empty serves plain HTTP.",
+    )
+    tls_key_file: str = Field(default="", description="PEM private key of tls_cert_file.")
+    client_ca_file: str = Field(
+        default="",
+        description="PEM CA that signs the scheduler's client certificate; when set, "
+        "/filter, /prioritize and /bind answer only callers with a certificate from it whose "
+        "common name is in client_names (needs tls_cert_file).",
+    )
+    client_names: list[str] = Field(
+        default_factory=lambda: ["system:kube-scheduler"],
+        description="Certificate common names allowed to call the verbs when client_ca_file "
+        "is set.",
+    )
+
+    @model_validator(mode="after")
+    def _client_auth_needs_tls(self) -> SchedulerSettings:
+        if self.client_ca_file and not self.tls_cert_file:
+            raise ValueError(
+                f"client_ca_file {self.client_ca_file!r} needs tls_cert_file: client "
+                "certificates are only checked over HTTPS"
+            )
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise ValueError(
+                "tls_cert_file and tls_key_file go together, got "
+                f"tls_cert_file={self.tls_cert_file!r}, tls_key_file={self.tls_key_file!r}"
+            )
+        return self
 
 
 class WebhookSettings(ServiceSettings):

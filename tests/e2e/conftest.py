@@ -39,7 +39,7 @@ import pytest
 from hostprint import HostPrint, fingerprint
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
-from recording_extender import RecordingExtender
+from recording_extender import ProxyTls, RecordingExtender
 from vslice_kube.client import api_client
 from vslice_lab import lab as lab_module
 from vslice_lab.cluster import pod_security_labels
@@ -170,7 +170,16 @@ def lab_state_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def lab(lab_state_dir: Path) -> Iterator[LabHandle]:
     """One lab per session (see the module docstring)."""
     services = _want_services()
-    extender = RecordingExtender().start()
+    # The lab reuses certificates it finds, so the proxy can serve TLS before the lab is up.
+    certs = lab_module.prepare_pki(Layout.at(lab_state_dir))
+    tls = ProxyTls(
+        certs.ca.cert,
+        certs.extender.cert,
+        certs.extender.key,
+        certs.scheduler.cert,
+        certs.scheduler.key,
+    )
+    extender = RecordingExtender(tls=tls).start()
     options = lab_module.LabOptions(
         state_dir=lab_state_dir,
         inventory=INVENTORY,
@@ -188,7 +197,7 @@ def lab(lab_state_dir: Path) -> Iterator[LabHandle]:
     kubeconfig = Layout.at(lab_state_dir).kubeconfig
     api = api_client(kubeconfig, pool_size=16)
     if services:
-        extender.upstream = f"http://127.0.0.1:{record.ports['vslice-scheduler']}"
+        extender.upstream = f"https://127.0.0.1:{record.ports['vslice-scheduler']}"
     else:
         extender.binder = _binder(api)
     try:

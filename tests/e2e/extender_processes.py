@@ -128,6 +128,9 @@ def extender_process(
         "identity": name,
         **settings,
     }
+    keys = kubeconfig.parent / "pki" / "allocation.keys"  # the lab's (vslice_lab.layout)
+    if keys.exists():
+        values.setdefault("allocation_key_file", str(keys))  # sign like the lab's extender
     config.write_text(yaml.safe_dump(values))
     return ExtenderProcess(name, port, config, directory / f"{name}.log")
 

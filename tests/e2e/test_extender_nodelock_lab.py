@@ -43,11 +43,22 @@ def _other(expires_in: float) -> str:
 def test_a_lock_held_by_another_replica_is_waited_for_then_refused(
     lab: LabHandle, node: str
 ) -> None:
-    _set_lock(lab, node, _other(60))
+    _set_lock(lab, node, _other(10))  # within the TTL (15 s): a lock a replica could hold
     locker = NodeLocker(lab.core, "me", wait_seconds=0.3)
     with pytest.raises(LockBusy, match="locked by other-replica"):
         locker.acquire(node)
     assert decode_node_lock(_lock_value(lab, node) or "").holder == "other-replica"
+
+
+def test_a_lock_expiring_beyond_the_ttl_does_not_stop_binds(lab: LabHandle, node: str) -> None:
+    """A lock "until 2100" (a mistake, or a compromised service with node write access)."""
+    _set_lock(
+        lab, node, _other((datetime(2100, 1, 1, tzinfo=UTC) - datetime.now(UTC)).total_seconds())
+    )
+    locker = NodeLocker(lab.core, "me", ttl_seconds=15, wait_seconds=0.3)
+    held = locker.acquire(node)
+    assert decode_node_lock(_lock_value(lab, node) or "").holder == "me"
+    locker.release(held)
 
 
 def test_an_expired_or_malformed_lock_is_taken_over(lab: LabHandle, node: str) -> None:

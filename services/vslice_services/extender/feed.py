@@ -5,15 +5,23 @@ first list of nodes and pods and loses nothing:
 
 - :class:`NodeFeed`: a node's GPUs come from ``vslice.io/node-gpus`` (HAMi's
   ``hami.io/node-nvidia-register`` is read when that is absent). A node without a readable
-  inventory is taken out of the ledger; the allocations on it stay and return with it.
+  inventory is taken out of the ledger; the allocations on it stay and return with it. A GPU
+  UUID that another node already claims is refused on the node that claimed it later: it is
+  kept in the ledger as cordoned (nothing is placed on it), reported, and returns when the
+  first claim goes away.
 - :class:`PodFeed`: a bound pod's ``vslice.io/allocation`` is recorded until the pod
-  finishes (Succeeded/Failed) or is deleted. A malformed value written by someone else is
-  logged and never erases what the ledger already holds for that pod. An allocation on a pod
-  that is not bound does not count: vslice writes it together with the Binding, so it can
-  only come from someone else and books nothing.
+  finishes (Succeeded/Failed) or is deleted. Without a valid ``vslice.io/allocation-proof``
+  (when the extender has keys) it is recorded as *unproven*: counted on the pod's node beside
+  what the pod held before, never freeing room, and reported. Removing the annotation from a
+  bound pod frees nothing either. A value that cannot be read blocks the pod's node for new
+  slices (which GPUs it holds is unknown), is reported and never erases what the ledger
+  already holds for that pod; after a restart the first list blocks the node again. An
+  allocation on a pod that is not bound does not count: vslice writes it together with the
+  Binding, so it can only come from someone else and books nothing.
 - :class:`Holds`: slices this replica reserved in a filter or a bind whose annotation the
   watch has not shown yet. A pod event without an allocation never releases a hold; a hold
-  whose bind never came expires after a TTL.
+  whose bind never came expires after a TTL, and one for a pod the pod watch has not shown
+  within a short grace (a pod that does not exist) is dropped then (:meth:`Holds.sweep`).
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +43,10 @@ from vslice_core.annotations import (
 )
 from vslice_core.errors import DecodeError
 from vslice_core.ledger import Ledger
-from vslice_core.model import NodeInventory, PodRequest
+from vslice_core.model import Gpu, NodeInventory, PodRequest
+from vslice_core.proof import PROOF
+
+from vslice_services.extender.trust import Proofs, Reports
 
 log = logging.getLogger("vslice.extender.feed")
 
@@ -66,10 +77,20 @@ def node_inventory(node: Mapping[str, Any]) -> NodeInventory | None:
 class NodeFeed:
     """Watch handler for Nodes."""
 
-    def __init__(self, ledger: Ledger) -> None:
+    def __init__(self, ledger: Ledger, reports: Reports | None = None) -> None:
         self._ledger = ledger
+        self._reports = reports or Reports()
         self._applied: dict[str, tuple[Any, Any]] = {}  # name -> annotation values applied
+        self._inventories: dict[str, NodeInventory] = {}  # readable inventories, as written
+        self._claims: dict[str, list[str]] = {}  # GPU uuid -> nodes claiming it, owner first
+        self._refused: dict[str, dict[str, str]] = {}  # node -> {refused uuid: owner}
+        # Guards the tables above; taken before the ledger's lock, never after it.
         self._lock = threading.Lock()
+
+    def refused(self) -> dict[str, dict[str, str]]:
+        """``{node: {gpu uuid: node that owns it}}``: GPUs refused as claimed twice."""
+        with self._lock:
+            return {node: dict(gpus) for node, gpus in sorted(self._refused.items()) if gpus}
 
     def replace(self, items: list[dict[str, Any]]) -> None:
         present = set()
@@ -99,17 +120,59 @@ class NodeFeed:
             log.warning(
                 "node inventory unreadable; node left out", extra={"node": name, "error": str(exc)}
             )
-            self._ledger.remove_node(name)
-            return
-        if inventory is None:
-            self._ledger.remove_node(name)
-        else:
-            self._ledger.set_node(inventory)
+            inventory = None
+        with self._lock:
+            self._claim(name, inventory)
 
     def _forget(self, name: str) -> None:
         with self._lock:
             self._applied.pop(name, None)
-        self._ledger.remove_node(name)
+            self._claim(name, None)
+
+    def _claim(self, name: str, inventory: NodeInventory | None) -> None:
+        """Record the node's GPU claims and publish it and every node whose claims changed."""
+        before = self._inventories.pop(name, None)
+        old = {gpu.uuid for gpu in before.gpus} if before else set()
+        new = {gpu.uuid for gpu in inventory.gpus} if inventory else set()
+        affected = {name}
+        for uuid in old - new:
+            claimants = self._claims[uuid]
+            claimants.remove(name)
+            if claimants:
+                affected.add(claimants[0])  # the next claimant owns it now
+            else:
+                del self._claims[uuid]
+        for uuid in sorted(new - old):
+            self._claims.setdefault(uuid, []).append(name)
+        if inventory is not None:
+            self._inventories[name] = inventory
+        for node in sorted(affected):
+            self._publish(node)
+
+    def _publish(self, name: str) -> None:
+        inventory = self._inventories.get(name)
+        if inventory is None:
+            self._refused.pop(name, None)
+            self._ledger.remove_node(name)
+            return
+        refused = {
+            gpu.uuid: self._claims[gpu.uuid][0]
+            for gpu in inventory.gpus
+            if self._claims[gpu.uuid][0] != name
+        }
+        self._refused[name] = refused
+        for uuid, owner in sorted(refused.items()):
+            self._reports.duplicate_gpu(uuid, name, owner)
+        self._ledger.set_node(_without(inventory, set(refused)) if refused else inventory)
+
+
+def _without(inventory: NodeInventory, refused: set[str]) -> NodeInventory:
+    """The inventory with the refused GPUs cordoned: counted, never given a new slice."""
+    gpus: list[Gpu] = [
+        gpu.model_copy(update={"cordoned": True}) if gpu.uuid in refused else gpu
+        for gpu in inventory.gpus
+    ]
+    return inventory.model_copy(update={"gpus": gpus})
 
 
 @dataclass
@@ -158,64 +221,115 @@ class Holds:
 
     def expired(self) -> list[str]:
         """Uids of unbound holds older than the TTL, removed from the table."""
-        limit = time.monotonic() - self._ttl
+        return self.sweep(lambda _uid: True, self._ttl)
+
+    def sweep(self, exists: Callable[[str], bool], grace_seconds: float) -> list[str]:
+        """Uids of unbound holds older than the TTL, or older than ``grace_seconds`` for a pod
+        that does not ``exist`` (the pod watch has not shown it: a filter for a pod that was
+        never created, or deleted meanwhile), removed from the table. The grace covers the
+        watch lagging behind the scheduler for a pod just created."""
+        now = time.monotonic()
+        expired, unknown = now - self._ttl, now - grace_seconds
         with self._lock:
-            gone = [uid for uid, h in self._holds.items() if not h.bound and h.since < limit]
+            gone = [
+                uid
+                for uid, h in self._holds.items()
+                if not h.bound and (h.since < expired or (h.since < unknown and not exists(uid)))
+            ]
             for uid in gone:
                 del self._holds[uid]
             return gone
 
 
 class PodFeed:
-    """Watch handler for Pods."""
+    """Watch handler for Pods (see the module docstring)."""
 
-    def __init__(self, ledger: Ledger, holds: Holds) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        holds: Holds,
+        proofs: Proofs | None = None,
+        reports: Reports | None = None,
+    ) -> None:
         self._ledger = ledger
         self._holds = holds
-        self._bad: dict[str, str] = {}  # uid -> malformed value already reported
+        self._proofs = proofs or Proofs()
+        self._reports = reports or Reports()
+        self._known: set[str] = set()  # uids of the pods the watch shows (any phase)
+
+    def exists(self, uid: str) -> bool:
+        """Whether the pod watch shows a pod with this uid."""
+        return uid in self._known
 
     def replace(self, items: list[dict[str, Any]]) -> None:
-        present = set()
+        present = {str(_metadata(pod).get("uid", "")) for pod in items}
+        self._known = present
         for pod in items:
-            present.add(str(_metadata(pod).get("uid", "")))
             self._apply(pod)
         for uid in set(self._ledger.pod_uids()) - present:
             if uid not in self._holds:
                 self._ledger.release(uid)
+        for blocks in self._ledger.blocked_nodes().values():
+            for uid in set(blocks) - present:
+                self._gone(uid)
+        self._reports.overbooked(self._ledger.overbooked())
 
     def apply(self, event: str, obj: dict[str, Any]) -> None:
         if event == "DELETED":
             uid = str(_metadata(obj).get("uid", ""))
+            self._known.discard(uid)
             self._holds.drop(uid)
-            self._bad.pop(uid, None)
-            self._ledger.release(uid)
+            self._gone(uid)
         else:
+            self._known.add(str(_metadata(obj).get("uid", "")))
             self._apply(obj)
+        self._reports.overbooked(self._ledger.overbooked())
+
+    def _gone(self, uid: str) -> None:
+        """The pod finished or was deleted: everything it held or blocked is free again."""
+        self._ledger.release(uid)
+        self._ledger.unblock(uid)
+        self._reports.forget(uid)
 
     def _apply(self, pod: Mapping[str, Any]) -> None:
         metadata = _metadata(pod)
         uid = str(metadata.get("uid", ""))
         phase = (pod.get("status") or {}).get("phase")
         value = _annotations(pod).get(ALLOCATION)
-        bound = bool((pod.get("spec") or {}).get("nodeName"))
+        node = str((pod.get("spec") or {}).get("nodeName") or "")
         if phase in FINISHED_PHASES:
             self._holds.drop(uid)
-            self._ledger.release(uid)
-        elif value is not None and bound:
-            self._record(uid, str(metadata.get("namespace", "default")), str(value), metadata)
+            self._gone(uid)
+        elif value is not None and node:
+            self._record(uid, node, str(value), metadata)
+        elif node:
+            pass  # a bound pod's allocation removed: what it held stays booked until it ends
         elif uid not in self._holds:
             self._ledger.release(uid)
 
-    def _record(self, uid: str, namespace: str, value: str, metadata: Mapping[str, Any]) -> None:
+    def _record(self, uid: str, node: str, value: str, metadata: Mapping[str, Any]) -> None:
+        namespace = str(metadata.get("namespace", "default"))
+        name = str(metadata.get("name", ""))
         try:
             allocation = decode_allocation(value)
         except DecodeError as exc:
-            if self._bad.get(uid) != value:  # report each bad value once, not per event
-                self._bad[uid] = value
-                log.warning(
-                    "pod allocation unreadable; previous record kept",
-                    extra={"pod": f"{namespace}/{metadata.get('name')}", "error": str(exc)},
-                )
+            # Which GPUs it holds is unknown: keep what was recorded, block the whole node.
+            self._ledger.block_node(node, uid, f"pod {namespace}/{name}: {exc}")
+            self._reports.unreadable(namespace, name, uid, node, str(exc))
             return
-        self._ledger.add(uid, allocation, namespace)
-        self._holds.drop(uid)
+        self._ledger.unblock(uid)
+        proof = _annotations({"metadata": metadata}).get(PROOF)
+        why = self._proofs.problem(str(proof) if proof else None, uid, node, value)
+        if why is None:
+            self._ledger.add(uid, allocation, namespace)
+            self._holds.drop(uid)
+            return
+        if uid in self._holds:  # bound by someone else: this replica's hold is moot
+            self._holds.drop(uid)
+            self._ledger.release(uid)
+        # Counted where the pod runs, whatever node the value names.
+        here = (
+            allocation if allocation.node == node else allocation.model_copy(update={"node": node})
+        )
+        self._ledger.add(uid, here, namespace, proven=False)
+        self._reports.unproven(namespace, name, uid, node, why)

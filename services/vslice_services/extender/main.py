@@ -1,8 +1,12 @@
 """``vslice serve scheduler``: the kube-scheduler extender over HTTP.
 
-Routes (``urlPrefix`` is ``http://HOST:PORT``; verbs ``filter``, ``prioritize``, ``bind``):
+Routes (``urlPrefix`` is ``http(s)://HOST:PORT``; verbs ``filter``, ``prioritize``, ``bind``):
 ``POST /filter``, ``POST /prioritize``, ``POST /bind``, ``GET /metrics``, ``GET /healthz``
-(the process answers) and ``GET /readyz`` (200 once the ledger is loaded, 503 before).
+(the process answers), ``GET /readyz`` (200 once the ledger is loaded, 503 before) and
+``GET /status`` (what is wrong with the cluster's state now: over-booked GPUs, blocked nodes,
+refused GPUs, unproven allocations). With ``client_ca_file`` the three verbs answer only a
+client certificate whose CN is in ``client_names`` (kube-scheduler's); the GET routes stay
+open to probes and scrapers.
 
 Start-up: three list+watch threads (nodes, pods, resource quotas) fill the ledger from the
 annotations; filter and bind answer "retry" until all three have listed once, so a restarted
@@ -12,6 +16,7 @@ extender never decides on a half-loaded ledger.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -19,6 +24,7 @@ from vslice_core.errors import InvalidRequest
 from vslice_core.ledger import Ledger
 from vslice_kube.binding import bind_pod, read_pod
 from vslice_kube.coreapi import core_api
+from vslice_kube.events import EventRecorder, Subject
 from vslice_kube.nodelock import Held, NodeLocker
 from vslice_kube.nodestate import NodeState
 from vslice_kube.watch import ListWatch
@@ -30,10 +36,13 @@ from vslice_services.extender.protocol import (
     parse_binding_args,
     parse_extender_args,
 )
+from vslice_services.extender.trust import Proofs, Reports
 from vslice_services.extender.verbs import Extender
 from vslice_services.httpserve import (
+    ClientAuth,
     Handler,
     HttpService,
+    ReloadingTlsContext,
     Response,
     configure_logging,
     run_until_signal,
@@ -89,10 +98,48 @@ def _verb(name: str, parse: Callable[[bytes], _Args], answer: Callable[[_Args], 
     return handle
 
 
+VERBS = frozenset({("POST", "/filter"), ("POST", "/prioritize"), ("POST", "/bind")})
+
+
+class ApiEvents:
+    """:class:`~vslice_services.extender.trust.Events` over the API server."""
+
+    def __init__(self, recorder: EventRecorder) -> None:
+        self._recorder = recorder
+
+    def pod(self, namespace: str, name: str, uid: str, reason: str, message: str) -> None:
+        self._recorder.warn(Subject.pod(namespace, name, uid), reason, message)
+
+    def node(self, name: str, reason: str, message: str) -> None:
+        self._recorder.warn(Subject.node(name), reason, message)
+
+
+def status(extender: Extender, nodes: NodeFeed) -> dict[str, Any]:
+    """``GET /status``: the state problems that exist now (empty mappings when none)."""
+    ledger = extender.ledger
+    return {
+        "overbooked": {
+            node: {uuid: usage.model_dump() for uuid, usage in gpus.items()}
+            for node, gpus in ledger.overbooked().items()
+        },
+        "blocked_nodes": ledger.blocked_nodes(),
+        "refused_gpus": nodes.refused(),
+        "unproven_pods": {
+            uid: allocation.node
+            for uid in ledger.pod_uids()
+            if (allocation := ledger.unproven(uid)) is not None
+        },
+    }
+
+
 def routes(
-    extender: Extender, metrics: ExtenderMetrics, ready: Callable[[], bool]
+    extender: Extender,
+    metrics: ExtenderMetrics,
+    ready: Callable[[], bool],
+    nodes: NodeFeed | None = None,
 ) -> dict[tuple[str, str], Handler]:
     """The HTTP routes: thin wrappers that parse, call a verb, encode."""
+    node_feed = nodes or NodeFeed(extender.ledger)
 
     def metrics_(_: bytes) -> Response:
         return Response(200, metrics.exposition(), "text/plain; version=0.0.4; charset=utf-8")
@@ -108,21 +155,55 @@ def routes(
         ("POST", "/bind"): _verb("bind", parse_binding_args, extender.bind),
         ("GET", "/metrics"): metrics_,
         ("GET", "/readyz"): readyz,
+        ("GET", "/status"): lambda _: Response.json(status(extender, node_feed)),
     }
+
+
+def _sweeping(extender: Extender, stop: threading.Event, every: float) -> threading.Thread:
+    """Holds expire on a timer too, not only when the next filter comes."""
+
+    def run() -> None:
+        while not stop.wait(every):
+            try:
+                extender.sweep_holds()
+            except Exception:  # the timer must outlive any one failure
+                log.exception("hold sweep failed")
+
+    thread = threading.Thread(target=run, name="hold-sweep", daemon=True)
+    thread.start()
+    return thread
+
+
+def _tls(settings: SchedulerSettings) -> tuple[ReloadingTlsContext | None, ClientAuth | None]:
+    if not settings.tls_cert_file:
+        return None, None
+    tls = ReloadingTlsContext(
+        settings.tls_cert_file, settings.tls_key_file, settings.client_ca_file
+    )
+    tls.current()  # a missing or broken file fails the start, naming it
+    if not settings.client_ca_file:
+        return tls, None
+    return tls, ClientAuth(frozenset(settings.client_names), VERBS)
 
 
 def serve(config_path: str | None = None) -> int:
     settings = load_settings(SchedulerSettings, config_path)
     configure_logging("scheduler", settings.log_level)
+    proofs = Proofs.from_file(settings.allocation_key_file)
+    tls, client_auth = _tls(settings)
     api = core_api(settings.kubeconfig)
     ledger = Ledger()
     holds = Holds(settings.hold_ttl_seconds)
     resync = settings.resync_seconds
+    metrics = ExtenderMetrics(ledger)
+    recorder = EventRecorder(api, "vslice-scheduler")
+    reports = Reports(ApiEvents(recorder), metrics)
+    node_feed = NodeFeed(ledger, reports)
+    metrics.count_refused(node_feed.refused)
+    pod_feed = PodFeed(ledger, holds, proofs, reports)
     watches = [
-        ListWatch("nodes", api.list_node, NodeFeed(ledger), resync_seconds=resync),
-        ListWatch(
-            "pods", api.list_pod_for_all_namespaces, PodFeed(ledger, holds), resync_seconds=resync
-        ),
+        ListWatch("nodes", api.list_node, node_feed, resync_seconds=resync),
+        ListWatch("pods", api.list_pod_for_all_namespaces, pod_feed, resync_seconds=resync),
         ListWatch(
             "resourcequotas",
             api.list_resource_quota_for_all_namespaces,
@@ -140,15 +221,37 @@ def serve(config_path: str | None = None) -> int:
         ttl_seconds=settings.lock_ttl_seconds,
         wait_seconds=settings.lock_wait_seconds,
     )
-    metrics = ExtenderMetrics(ledger)
     extender = Extender(
-        ledger, holds, ApiCluster(api, locker), metrics, names=settings.resources, synced=synced
+        ledger,
+        holds,
+        ApiCluster(api, locker),
+        metrics,
+        names=settings.resources,
+        synced=synced,
+        proofs=proofs,
+        pods=pod_feed,
+        unknown_pod_grace=settings.unknown_pod_hold_seconds,
     )
-    service = HttpService(settings.listen_address, routes(extender, metrics, synced))
+    service = HttpService(
+        settings.listen_address,
+        routes(extender, metrics, synced, node_feed),
+        tls=tls,
+        client_auth=client_auth,
+    )
     for watch in watches:
         watch.start()
+    stop_sweeping = threading.Event()
+    _sweeping(extender, stop_sweeping, min(1.0, settings.unknown_pod_hold_seconds / 2))
     log.info(
         "serving",
-        extra={"listen": settings.listen, "port": service.port, "identity": settings.identity},
+        extra={
+            "listen": settings.listen,
+            "port": service.port,
+            "identity": settings.identity,
+            "https": tls is not None,
+            "client_certificates": client_auth is not None,
+            "allocation_proofs": proofs.enabled,
+        },
     )
-    return run_until_signal([service], [watch.stop for watch in watches])
+    cleanups = [stop_sweeping.set, *(watch.stop for watch in watches), recorder.stop]
+    return run_until_signal([service], cleanups)

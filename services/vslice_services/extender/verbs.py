@@ -9,10 +9,14 @@ unresolvable: preempting other pods would not free GPU slices the scheduler cann
 **Bind** enters the node's gate (the node lock, shared with other replicas through the node
 annotation; when it comes from another holder, the allocations the API server shows on that
 node *now* are merged into the ledger first), re-checks and records this pod's slices, and
-creates the Binding carrying the ``vslice.io/allocation`` annotation: the API server sets
-node and annotation in one write, so a pod is never bound without its allocation nor
-annotated without being bound. Any failure releases the slices, and the scheduler retries
-the pod.
+creates the Binding carrying the ``vslice.io/allocation`` annotation and its proof
+(``vslice.io/allocation-proof``, when the extender has keys): the API server sets node and
+annotations in one write, so a pod is never bound without its allocation nor annotated
+without being bound. Any failure releases the slices, and the scheduler retries the pod.
+
+**Holds** a filter made are swept at every filter and by a timer in ``main``
+(:meth:`Extender.sweep_holds`): after ``hold_ttl_seconds`` without a bind, or after a few
+seconds when the pod watch does not show the pod at all.
 
 Binds of this replica to one node run side by side under one hold of that node's lock
 (:mod:`~vslice_services.extender.nodegate`); the ledger books each of them atomically. Lock
@@ -42,7 +46,7 @@ from vslice_core.requests import pod_request
 from vslice_core.resources import ResourceNames
 from vslice_kube.nodelock import Held, LockBusy
 
-from vslice_services.extender.feed import FINISHED_PHASES, Holds
+from vslice_services.extender.feed import Holds, PodFeed
 from vslice_services.extender.metrics import ExtenderMetrics
 from vslice_services.extender.nodegate import NodeGates
 from vslice_services.extender.protocol import (
@@ -52,6 +56,7 @@ from vslice_services.extender.protocol import (
     encode_filter,
     summarize_reasons,
 )
+from vslice_services.extender.trust import Proofs
 
 log = logging.getLogger("vslice.extender")
 
@@ -95,13 +100,24 @@ class Extender:
         *,
         names: ResourceNames,
         synced: Callable[[], bool] = lambda: True,
+        proofs: Proofs | None = None,
+        pods: PodFeed | None = None,
+        unknown_pod_grace: float = 5.0,
     ) -> None:
+        """``pods``: the pod watch's handler, which says which pods exist (holds for others
+        are dropped after ``unknown_pod_grace`` seconds) and records what a bind reads back
+        from the API server the same way the watch does; without it, existence is not
+        checked."""
         self.ledger = ledger
         self.holds = holds
         self._cluster = cluster
         self._metrics = metrics
         self._names = names
         self._synced = synced
+        self._proofs = proofs or Proofs()
+        self._feed = pods or PodFeed(ledger, holds, self._proofs)
+        self._exists: Callable[[str], bool] = pods.exists if pods else (lambda _uid: True)
+        self._grace = unknown_pod_grace
         self._gates = NodeGates(cluster) if cluster is not None else None
 
     # ----- filter ------------------------------------------------------------------------
@@ -118,7 +134,7 @@ class Extender:
             return encode_filter(
                 args, [], error="vslice: ledger still loading from the cluster, retry"
             )
-        self._release_expired_holds()
+        self.sweep_holds()
         try:
             request = pod_request(args.pod, self._names)
         except InvalidRequest as exc:
@@ -165,10 +181,15 @@ class Extender:
         self.holds.drop(uid)
         self.ledger.release(uid)
 
-    def _release_expired_holds(self) -> None:
-        for uid in self.holds.expired():
+    def sweep_holds(self) -> None:
+        """Free the holds whose bind never came, or whose pod does not exist."""
+        for uid in self.holds.sweep(self._exists, self._grace):
             if self.ledger.release(uid) is not None:
-                log.info("hold expired without a bind", extra={"uid": uid})
+                why = "no bind came" if self._exists(uid) else "the pod does not exist"
+                self._metrics.decided(
+                    "hold", "expired", "no_bind" if self._exists(uid) else "no_pod"
+                )
+                log.info("hold dropped", extra={"uid": uid, "why": why})
 
     # ----- prioritize --------------------------------------------------------------------
     def prioritize(self, args: ExtenderArgs) -> dict[str, int]:
@@ -250,6 +271,7 @@ class Extender:
 
     def _bind_locked(self, request: PodRequest, args: BindingArgs) -> Allocation:
         allocation = self._book(request, args.node)
+        text = encode_allocation(allocation)
         try:
             self._cluster_checked().bind_pod(
                 args.pod_namespace,
@@ -257,9 +279,11 @@ class Extender:
                 args.pod_uid,
                 args.node,
                 {
-                    ALLOCATION: encode_allocation(allocation),
+                    ALLOCATION: text,
                     # Taken under the node's lock: the device plugin orders by it.
                     BIND_TIME: encode_bind_time(datetime.now(UTC)),
+                    # Signs the exact text above, for this uid and node.
+                    **self._proofs.annotations(args.pod_uid, args.node, text),
                 },
             )
         except ClusterError as exc:
@@ -292,19 +316,10 @@ class Extender:
             ) from exc
 
     def _catch_up(self, node: str) -> None:
-        """Record every allocation the API server shows on the node now (other replicas')."""
+        """Record every allocation the API server shows on the node now (other replicas'),
+        exactly as the pod watch would: proofs checked, unreadable values block the node."""
         for pod in self._cluster_checked().pods_on_node(node):
-            metadata = pod.get("metadata") or {}
-            uid = str(metadata.get("uid", ""))
-            value = (metadata.get("annotations") or {}).get(ALLOCATION)
-            if value is None or (pod.get("status") or {}).get("phase") in FINISHED_PHASES:
-                continue
-            try:
-                self.ledger.add(
-                    uid, decode_allocation(str(value)), str(metadata.get("namespace", "default"))
-                )
-            except DecodeError:
-                continue  # the pod feed reports it; the ledger keeps what it had
+            self._feed.apply("MODIFIED", pod)
 
     def _already_bound(self, pod: dict[str, Any], args: BindingArgs) -> Allocation | None:
         """None when the pod is not bound. When an earlier call already bound it, its
@@ -321,7 +336,7 @@ class Extender:
             raise BindFailed(str(exc), "bad_annotation") from exc
         self.holds.drop(args.pod_uid)
         if allocation is not None:
-            self.ledger.add(args.pod_uid, allocation, args.pod_namespace)
+            self._feed.apply("MODIFIED", pod)  # recorded as the watch will: proof checked
         if bound_to != args.node or allocation is None:
             raise BindFailed(f"pod is already bound to {bound_to}", "already_bound")
         return allocation

@@ -1,0 +1,34 @@
+"""The lab calls its extender over HTTPS with kube-scheduler's own client certificate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from vslice_lab import configs
+from vslice_lab.pki import KeyPair
+
+
+def test_an_https_extender_is_called_with_the_schedulers_client_certificate(
+    tmp_path: Path,
+) -> None:
+    tls = configs.ExtenderTls(tmp_path / "ca.crt", KeyPair(tmp_path / "s.crt", tmp_path / "s.key"))
+    path = configs.write_scheduler_config(
+        tmp_path / "s.yaml", tmp_path / "kubeconfig", "https://127.0.0.1:9999", tls=tls
+    )
+    (extender,) = yaml.safe_load(path.read_text())["extenders"]
+    assert extender["enableHTTPS"] is True
+    assert extender["tlsConfig"] == {
+        "caFile": str(tmp_path / "ca.crt"),
+        "certFile": str(tmp_path / "s.crt"),
+        "keyFile": str(tmp_path / "s.key"),
+    }
+
+
+def test_a_plain_http_extender_gets_no_tls_configuration(tmp_path: Path) -> None:
+    tls = configs.ExtenderTls(tmp_path / "ca.crt", KeyPair(tmp_path / "s.crt", tmp_path / "s.key"))
+    path = configs.write_scheduler_config(
+        tmp_path / "s.yaml", tmp_path / "kubeconfig", "http://127.0.0.1:9999", tls=tls
+    )
+    (extender,) = yaml.safe_load(path.read_text())["extenders"]
+    assert extender["enableHTTPS"] is False and "tlsConfig" not in extender
