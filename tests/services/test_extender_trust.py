@@ -242,6 +242,9 @@ def test_a_gpu_uuid_claimed_by_a_second_node_is_refused_there(served: Served) ->
     served.nodes.apply("DELETED", node("n1", 16 * GIB))  # the first claim goes away
     assert served.status()["refused_gpus"] == {}
     assert served.filter(pod("x", gpu="1", mem="1024"), ["n3"])["NodeNames"] == ["n3"]
+    served.nodes.apply("ADDED", node("n1", 16 * GIB))  # n3 owns it now: n1 is refused, and told
+    assert served.status()["refused_gpus"] == {"n1": {"GPU-n1-0": "n3"}}
+    assert served.events.seen[-1][:2] == ("Node/n1", "DuplicateGpuUuid")
 
 
 def test_holds_for_pods_that_do_not_exist_are_dropped_after_the_grace(served: Served) -> None:

@@ -152,7 +152,8 @@ class NodeFeed:
     def _publish(self, name: str) -> None:
         inventory = self._inventories.get(name)
         if inventory is None:
-            self._refused.pop(name, None)
+            for uuid in self._refused.pop(name, {}):
+                self._reports.forget(f"{name}/{uuid}")
             self._ledger.remove_node(name)
             return
         refused = {
@@ -160,6 +161,8 @@ class NodeFeed:
             for gpu in inventory.gpus
             if self._claims[gpu.uuid][0] != name
         }
+        for uuid in set(self._refused.get(name, {})) - set(refused):
+            self._reports.forget(f"{name}/{uuid}")  # resolved: a new claim is reported anew
         self._refused[name] = refused
         for uuid, owner in sorted(refused.items()):
             self._reports.duplicate_gpu(uuid, name, owner)
