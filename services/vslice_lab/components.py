@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vslice_lab.binaries import Binaries
+from vslice_lab.configs import ADMISSION_CONFIG
 from vslice_lab.health import Probe
 from vslice_lab.layout import Layout
 from vslice_lab.pki import KeyPair
@@ -54,6 +55,8 @@ class Certificates:
     services: KeyPair
     """The client certificate of vslice's own services (group ``vslice:services``, which the
     state-annotation admission policy lets through)."""
+    webhook_client: KeyPair
+    """The API server's client certificate towards the webhook (``configs.WEBHOOK_CLIENT_NAME``)."""
 
 
 def _etcd_supports_no_fsync(etcd: Path) -> bool:
@@ -119,6 +122,8 @@ def kube_apiserver(
         "--endpoint-reconciler-type=none",
         "--profiling=false",
         f"--cert-dir={layout.pki}",
+        # Written by ``lab.up`` first: the client certificate the API server shows the webhook.
+        f"--admission-control-config-file={layout.config / ADMISSION_CONFIG}",
     ]
     probe = Probe(f"https://{HOST}:{port}/readyz", ca=certs.ca.cert, client=certs.admin)
     return Component("kube-apiserver", argv, probe, port=port)

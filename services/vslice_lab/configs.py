@@ -116,3 +116,47 @@ def write_settings(path: Path, settings: dict[str, Any]) -> Path:
     """A flat YAML settings file for ``vslice serve <service> --config``."""
     path.write_text(yaml.safe_dump(settings, sort_keys=True))
     return path
+
+
+ADMISSION_CONFIG = "admission.yaml"
+WEBHOOK_CLIENT_NAME = "kube-apiserver-webhook-client"
+"""Common name of the API server's client certificate towards the webhook."""
+
+
+def write_admission_config(directory: Path, webhook: str, client: KeyPair) -> Path:
+    """kube-apiserver's AdmissionConfiguration (``--admission-control-config-file``): the
+    webhook admission plugins present ``client`` to the webhook at ``webhook`` (host:port, the
+    name the API server looks the credentials up by), so the webhook can refuse any other
+    caller."""
+    kubeconfig = directory / "admission-webhooks.kubeconfig"
+    credentials = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "users": [
+            {
+                "name": webhook,
+                "user": {
+                    "client-certificate-data": _b64(client.cert),
+                    "client-key-data": _b64(client.key),
+                },
+            }
+        ],
+    }
+    kubeconfig.write_text(yaml.safe_dump(credentials, sort_keys=False))
+    kubeconfig.chmod(0o600)
+    plugin = {
+        "apiVersion": "apiserver.config.k8s.io/v1",
+        "kind": "WebhookAdmissionConfiguration",
+        "kubeConfigFile": str(kubeconfig),
+    }
+    document = {
+        "apiVersion": "apiserver.config.k8s.io/v1",
+        "kind": "AdmissionConfiguration",
+        "plugins": [
+            {"name": name, "configuration": plugin}
+            for name in ("MutatingAdmissionWebhook", "ValidatingAdmissionWebhook")
+        ],
+    }
+    path = directory / ADMISSION_CONFIG
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path

@@ -142,6 +142,8 @@ def _start_all(
     server = f"https://{HOST}:{ports['kube-apiserver']}"
     admin = configs.write_kubeconfig(layout.kubeconfig, server, certs.ca.cert, certs.admin, "admin")
     services_kubeconfig = _services_kubeconfig(layout, certs, record.ports)
+    webhook = f"{HOST}:{ports['vslice-webhook']}"
+    configs.write_admission_config(layout.config, webhook, certs.webhook_client)
     _launch(
         layout,
         record,
@@ -271,6 +273,9 @@ def _services(
             "listen": f"{HOST}:{ports['vslice-webhook']}",
             "tls_cert_file": str(certs.webhook.cert),
             "tls_key_file": str(certs.webhook.key),
+            # /mutate answers only the API server's client certificate (admission config).
+            "client_ca_file": str(certs.ca.cert),
+            "client_names": [configs.WEBHOOK_CLIENT_NAME],
             "scheduler_name": "vslice-scheduler",
         },
     )
@@ -375,6 +380,9 @@ def prepare_pki(layout: Layout) -> Certificates:
             common_name="vslice-services",
             organization="system:masters",
             groups=(SERVICES_GROUP,),
+        ),
+        webhook_client=pki.issue(
+            ca, directory, "kube-apiserver-webhook-client", common_name=configs.WEBHOOK_CLIENT_NAME
         ),
     )
 

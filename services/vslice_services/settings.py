@@ -199,6 +199,17 @@ class WebhookSettings(ServiceSettings):
         default="", description="PEM certificate (chain) served over HTTPS; reloaded on change."
     )
     tls_key_file: str = Field(default="", description="PEM private key of tls_cert_file.")
+    client_ca_file: str = Field(
+        default="",
+        description="PEM CA that signs the API server's client certificate for webhooks; when "
+        "set, /mutate answers only callers with a certificate from it whose common name is in "
+        "client_names (the API server presents one through its AdmissionConfiguration, see "
+        "docs/webhook.md). Empty: any caller that reaches the port (compatible default).",
+    )
+    client_names: list[str] = Field(
+        default_factory=lambda: ["kube-apiserver-webhook-client"],
+        description="Certificate common names allowed to call /mutate when client_ca_file is set.",
+    )
     scheduler_name: str = Field(
         default="vslice-scheduler",
         description="schedulerName set on GPU pods; empty leaves spec.schedulerName alone.",

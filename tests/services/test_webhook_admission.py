@@ -22,7 +22,7 @@ import pytest
 from served import Reply, apply_patch, call, client_context, running, serving_pair
 from vslice_core.annotations import POD_STATE
 from vslice_core.resources import DEFAULT_RESOURCE_NAMES
-from vslice_lab.pki import KeyPair, issue
+from vslice_lab.pki import KeyPair, ensure_ca, issue
 from vslice_services.httpserve import HttpService, ReloadingTlsContext
 from vslice_services.quota import QuotaBook
 from vslice_services.webhook.jsonpatch import pointer
@@ -514,3 +514,67 @@ def test_a_body_nested_100000_deep_gets_400_not_500(webhook: Webhook) -> None:
     assert reply.status == 400
     assert "nested too deeply" in reply.body.decode()
     assert call(webhook.port, "GET", "/healthz", tls=webhook.tls).body == b"ok"
+
+
+# --- only the API server may call /mutate ---
+
+
+@pytest.fixture
+def guarded(tmp_path: Path) -> Iterator[tuple[int, KeyPair, Path]]:
+    from vslice_services.settings import WebhookSettings
+    from vslice_services.webhook.main import client_auth
+
+    ca, serving = serving_pair(tmp_path)
+    settings = WebhookSettings(
+        tls_cert_file=str(serving.cert), tls_key_file=str(serving.key), client_ca_file=str(ca.cert)
+    )
+    quotas = QuotaBook(DEFAULT_RESOURCE_NAMES)
+    service = HttpService(
+        ("127.0.0.1", 0),
+        {("POST", MUTATE_PATH): lambda body: handle_review(body, WebhookPolicy(), quotas.limits)},
+        tls=ReloadingTlsContext(str(serving.cert), str(serving.key), str(ca.cert)),
+        client_auth=client_auth(settings),
+    )
+    with running(service):
+        yield service.port, ca, tmp_path
+
+
+def _as(ca: KeyPair, directory: Path, common_name: str | None) -> ssl.SSLContext:
+    context = client_context(ca)
+    if common_name is not None:
+        pair = issue(ca, directory, f"client-{common_name}", common_name=common_name)
+        context.load_cert_chain(str(pair.cert), str(pair.key))
+    return context
+
+
+def test_the_api_servers_client_certificate_may_call_mutate(
+    guarded: tuple[int, KeyPair, Path],
+) -> None:
+    port, ca, directory = guarded
+    tls = _as(ca, directory, "kube-apiserver-webhook-client")
+    reply = call(port, "POST", MUTATE_PATH, admission_review(pod(container(**{GPU: "1"}))), tls=tls)
+    assert reply.status == 200 and reply.json()["response"]["allowed"] is True
+
+
+@pytest.mark.parametrize("common_name", [None, "alice"], ids=["no-certificate", "other-name"])
+def test_anyone_else_gets_403_naming_why(
+    guarded: tuple[int, KeyPair, Path], common_name: str | None
+) -> None:
+    port, ca, directory = guarded
+    tls = _as(ca, directory, common_name)
+    reply = call(port, "POST", MUTATE_PATH, admission_review(pod(container())), tls=tls)
+    assert reply.status == 403
+    assert ("alice" if common_name else "client certificate") in reply.body.decode()
+    assert call(port, "GET", "/healthz", tls=tls).body == b"ok"
+
+
+def test_a_certificate_from_another_ca_fails_the_handshake(
+    guarded: tuple[int, KeyPair, Path], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    port, ca, _ = guarded
+    other = tmp_path_factory.mktemp("other")
+    foreign = issue(ensure_ca(other), other, "api", common_name="kube-apiserver-webhook-client")
+    tls = client_context(ca)
+    tls.load_cert_chain(str(foreign.cert), str(foreign.key))
+    with pytest.raises((ssl.SSLError, ConnectionError)):
+        call(port, "POST", MUTATE_PATH, admission_review(pod(container())), tls=tls)

@@ -1,6 +1,8 @@
 """``vslice serve webhook``: the mutating admission webhook over HTTPS.
 
 ``POST /mutate`` takes an AdmissionReview v1 and answers one; ``GET /healthz`` answers ok.
+With ``client_ca_file``, ``/mutate`` answers only the API server's client certificate (403
+for anyone else).
 A body that is not an AdmissionReview gets a 400 naming what is wrong (or, when it still
 carries a request uid, a review that denies with that message), never a crash.
 """
@@ -14,6 +16,7 @@ from vslice_core.errors import InvalidRequest
 from vslice_core.model import QuotaLimits
 
 from vslice_services.httpserve import (
+    ClientAuth,
     HttpService,
     ReloadingTlsContext,
     Response,
@@ -69,6 +72,14 @@ def policy_from(settings: WebhookSettings) -> WebhookPolicy:
     )
 
 
+def client_auth(settings: WebhookSettings) -> ClientAuth | None:
+    """With a client CA, only the API server (an allowed CN) may call /mutate; /healthz stays
+    open to probes."""
+    if not settings.client_ca_file:
+        return None
+    return ClientAuth(frozenset(settings.client_names), frozenset({("POST", MUTATE_PATH)}))
+
+
 def serve(config_path: str | None = None) -> int:
     settings = load_settings(WebhookSettings, config_path)
     configure_logging("webhook", settings.log_level)
@@ -79,7 +90,9 @@ def serve(config_path: str | None = None) -> int:
             field="tls_cert_file",
             value=settings.tls_cert_file,
         )
-    tls = ReloadingTlsContext(settings.tls_cert_file, settings.tls_key_file)
+    tls = ReloadingTlsContext(
+        settings.tls_cert_file, settings.tls_key_file, settings.client_ca_file
+    )
     tls.current()  # fail at start, not at the first request, when the files are unusable
     quotas = QuotaBook(settings.resources)
     cleanups = []
@@ -90,9 +103,16 @@ def serve(config_path: str | None = None) -> int:
         settings.listen_address,
         {("POST", MUTATE_PATH): lambda body: handle_review(body, policy, quotas.limits)},
         tls=tls,
+        client_auth=client_auth(settings),
     )
     log.info(
-        "serving", extra={"listen": settings.listen, "port": service.port, "path": MUTATE_PATH}
+        "serving",
+        extra={
+            "listen": settings.listen,
+            "port": service.port,
+            "path": MUTATE_PATH,
+            "client_certificates": bool(settings.client_ca_file),
+        },
     )
     return run_until_signal([service], cleanups)
 
