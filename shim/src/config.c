@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "shim.h"
@@ -247,17 +248,29 @@ static void finish_device(int index) {
 /* The limits file in force: the fixed container path when it exists, else VSLICE_LIMITS_FILE.
    A tenant can neither remove nor replace the read-only mount, and pointing the variable
    elsewhere changes nothing while the fixed file exists. */
-static const char *limits_path(void) {
+static const char *limits_path(int *fixed) {
     struct stat st;
-    if (lstat(VS_LIMITS_PATH, &st) == 0) return VS_LIMITS_PATH;
+    *fixed = lstat(VS_LIMITS_PATH, &st) == 0;
+    if (*fixed) return VS_LIMITS_PATH;
     const char *path = getenv("VSLICE_LIMITS_FILE");
     return path != NULL && *path != '\0' ? path : NULL;
 }
 
+/* The device plugin mounts the fixed path read-only; a writable file there is not its file
+   (a volume the pod mounted over it), so it is not trusted. */
+static const char *writable_mount(const char *path) {
+    struct statvfs fs;
+    if (statvfs(path, &fs) != 0 || (fs.f_flag & ST_RDONLY) == 0)
+        return "is not on a read-only mount (not the device plugin's file)";
+    return NULL;
+}
+
 static void read_config(void) {
-    const char *path = limits_path();
+    int fixed = 0;
+    const char *path = limits_path(&fixed);
     char why[160];
-    const char *problem = path != NULL ? load_file(path, why, sizeof why) : NULL;
+    const char *problem = path != NULL && fixed ? writable_mount(path) : NULL;
+    if (problem == NULL && path != NULL) problem = load_file(path, why, sizeof why);
     if (problem != NULL) {
         VS_LOG(VS_ERROR, "limits file %s %s; this container gets no GPU memory", path, problem);
         config.limits_file = path;
