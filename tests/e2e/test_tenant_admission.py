@@ -232,3 +232,24 @@ def test_pod_security_baseline_keeps_host_access_out(
     plain = {"resources": {}, **container}
     status, message = tenant.refused(lambda: tenant.create(_pod("host", container=plain, **spec)))
     assert status == 403 and "baseline" in message and expected in message, message
+
+
+def test_the_webhook_answers_only_the_api_server(services: LabHandle) -> None:
+    """Pods above were mutated, so the API server's certificate is accepted; anyone else who
+    reaches the port (here with the lab admin's certificate, from the same CA) is not."""
+    import http.client
+    import ssl
+
+    pki = Layout.at(services.state_dir).pki
+    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}
+    for client in (None, (pki / "admin.crt", pki / "admin.key")):
+        context = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+        if client is not None:
+            context.load_cert_chain(str(client[0]), str(client[1]))
+        port = services.record.ports["vslice-webhook"]
+        connection = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
+        connection.request("POST", "/mutate", json.dumps(review).encode())
+        reply = connection.getresponse()
+        assert reply.status == 403, (client, reply.status)
+        assert "client certificate" in reply.read().decode()
+        connection.close()
