@@ -3,9 +3,9 @@
 Starts its own lab (state dir ``.lab-bench-startup`` unless ``--state-dir``) with one real node
 (2 fake GPUs x 32 slots, so 50 slices fit at once) and no simulated node, then runs two rounds
 on that node: ``--pods`` plain pods (no GPU; pinned to the node by a node selector, so they go
-through kube-scheduler as sliced pods do) and ``--pods`` sliced pods
-(512 MiB of one GPU, no compute limit so 50 fit on two GPUs, through the webhook, the extender and the device plugin, with the
-shim injected by CDI). Within a round all pods are created at once from a thread pool; each
+through kube-scheduler as sliced pods do) and ``--pods`` sliced pods (512 MiB of one GPU and no
+compute limit, so 50 fit on two GPUs; through the webhook, the extender and the device plugin,
+with the shim injected by CDI). Within a round all pods are created at once from a thread pool; each
 pod's start-up time is from just before its create call to the first watch event that shows it
 Running with its container started. Both rounds run the same image and command (busybox
 ``sleep`` from the lab's smoke image), so the ratio shows what vslice adds.
