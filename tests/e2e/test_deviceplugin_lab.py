@@ -14,9 +14,13 @@ from pathlib import Path
 
 import pytest
 from conftest import INVENTORY, LabHandle
+from kubernetes import client as k8s
 from vslice_core import annotations as ann
 from vslice_core.model import Allocation, ContainerAllocation, GpuGrant
+from vslice_kube.client import api_client
 from vslice_kube.nodestate import NodeState
+from vslice_lab.lab import services_kubeconfig_path
+from vslice_lab.layout import Layout
 from vslice_services.deviceplugin.api import deviceplugin_pb2 as pb
 from vslice_services.deviceplugin.backends.static import StaticBackend
 from vslice_services.deviceplugin.plugin import DevicePlugin
@@ -28,6 +32,10 @@ from kubelet import Kubelet, plugin_client
 
 NODE = "lab-t4"
 GPU = "GPU-t400-0000-0000-0000-000000000002"
+
+
+def _services_kubeconfig(lab: LabHandle) -> Path:
+    return services_kubeconfig_path(Layout.at(lab.state_dir))
 
 
 @pytest.fixture
@@ -42,10 +50,11 @@ def plugin(lab: LabHandle, tmp_path: Path) -> Iterator[tuple[DevicePlugin, Path]
         shim_library=str(tmp_path / "libvslice.so"),
         preload_file=str(tmp_path / "ld.so.preload"),
         cdi_spec_dir=str(tmp_path / "cdi"),
-        kubeconfig=str(lab.kubeconfig),
+        kubeconfig=str(_services_kubeconfig(lab)),
     )
     kubelet = Kubelet(directory)
-    api = NodeState.connect(str(lab.kubeconfig))
+    # vslice's own identity: the state-annotation policy refuses vslice.io/delivered from others.
+    api = NodeState.connect(str(_services_kubeconfig(lab)))
     running = DevicePlugin(settings, StaticBackend(INVENTORY, NODE), api)
     running.start()
     kubelet.next_registration(timeout_s=20)
@@ -64,10 +73,7 @@ def test_allocate_finds_the_pod_through_the_api_server_and_records_delivery(
     body = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {
-            "name": "sliced",
-            "annotations": {ann.ALLOCATION: ann.encode_allocation(allocation)},
-        },
+        "metadata": {"name": "sliced"},
         "spec": {
             "nodeName": NODE,
             "containers": [{"name": "main", "image": "registry.invalid/sleep:1"}],
@@ -75,6 +81,12 @@ def test_allocate_finds_the_pod_through_the_api_server_and_records_delivery(
         },
     }
     lab.core.create_namespaced_pod(namespace, body, _preload_content=False)
+    # The webhook removes vslice's annotations at creation; write the allocation afterwards
+    # the way only vslice may (the extender's identity), as its Binding would.
+    services = api_client(_services_kubeconfig(lab))
+    patch = {"metadata": {"annotations": {ann.ALLOCATION: ann.encode_allocation(allocation)}}}
+    k8s.CoreV1Api(services).patch_namespaced_pod("sliced", namespace, patch, _preload_content=False)
+    services.close()  # type: ignore[no-untyped-call]
     client = plugin_client(directory / "vslice.sock")
     request = pb.AllocateRequest(
         container_requests=[pb.ContainerAllocateRequest(devices_ids=[f"{GPU}::0"])]
