@@ -30,6 +30,8 @@ import yaml
 from kubernetes import client as k8s
 from vslice_core.annotations import ALLOCATION, NODE_GPUS, decode_allocation, decode_node_gpus
 from vslice_core.model import Gpu
+from vslice_lab.lab import services_kubeconfig_path
+from vslice_lab.layout import Layout
 
 
 def free_port() -> int:
@@ -122,8 +124,11 @@ def extender_process(
     """An extender replica named ``name`` (its node-lock identity), not started yet."""
     port = port or free_port()
     config = directory / f"{name}.yaml"
+    # The lab's services identity, as the lab's own extender uses: the state-annotation policy
+    # refuses a Binding that carries an allocation from anyone else (the admin included).
+    services = services_kubeconfig_path(Layout.at(kubeconfig.parent))
     values = {
-        "kubeconfig": str(kubeconfig),
+        "kubeconfig": str(services if services.exists() else kubeconfig),
         "listen": f"127.0.0.1:{port}",
         "identity": name,
         **settings,

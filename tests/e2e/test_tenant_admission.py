@@ -253,3 +253,28 @@ def test_the_webhook_answers_only_the_api_server(services: LabHandle) -> None:
         assert reply.status == 403, (client, reply.status)
         assert "client certificate" in reply.read().decode()
         connection.close()
+
+
+@pytest.mark.parametrize("path", ["bindings", "pods/binding"])
+def test_a_binding_carrying_an_allocation_is_refused_to_anyone_but_vslice(
+    services: LabHandle, namespace: str, path: str
+) -> None:
+    """Even the lab's admin, who may bind pods, cannot write an allocation through a Binding."""
+    body = _pod("unbound", schedulerName="nobody-schedules-this")
+    services.core.create_namespaced_pod(namespace, body, _preload_content=False)
+    binding = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": "unbound", "annotations": {ALLOCATION: FORGED[ALLOCATION]}},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "lab-t4"},
+    }
+    create = (
+        services.core.create_namespaced_binding
+        if path == "bindings"
+        else lambda ns, b, **kw: services.core.create_namespaced_pod_binding("unbound", ns, b, **kw)
+    )
+    with pytest.raises(ApiException) as caught:
+        create(namespace, binding, _preload_content=False)
+    assert caught.value.status == 403
+    assert ALLOCATION in json.loads(caught.value.body)["message"]
+    assert not services.read_pod(namespace, "unbound")["spec"].get("nodeName")

@@ -4,10 +4,11 @@ The webhook removes the state annotations (``vslice_core.annotations.POD_STATE``
 is created; this policy (``admissionregistration.k8s.io/v1``, CEL evaluated by the API server
 itself) refuses every later change to them (add, edit, remove) by anyone but vslice's
 identities, and also a pod created with them where the webhook did not run (a namespace an
-operator opted out). It matches ``pods`` (kubectl edit/annotate/patch), ``pods/status`` and
-``pods/binding``: the extender writes the allocation in a Binding, whose annotations the API
-server copies onto the pod, and the device plugin writes ``vslice.io/delivered`` with a
-PATCH, so both run under an exempt identity. The lab and the Ansible role render the same
+operator opted out). It matches ``pods`` (kubectl edit/annotate/patch), ``pods/status``,
+``pods/binding`` and ``bindings`` (a Binding may be posted to either): the extender writes
+the allocation in a Binding, whose annotations the API server copies onto the pod, and the
+device plugin writes ``vslice.io/delivered`` with a PATCH, so both run under an exempt
+identity. The lab and the Ansible role render the same
 objects (the role's template is checked against this module by its tests).
 """
 
@@ -54,7 +55,7 @@ def state_policy(
                         "apiGroups": [""],
                         "apiVersions": ["v1"],
                         "operations": ["CREATE", "UPDATE"],
-                        "resources": ["pods", "pods/status", "pods/binding"],
+                        "resources": ["pods", "pods/status", "pods/binding", "bindings"],
                     }
                 ],
                 "namespaceSelector": {
