@@ -98,14 +98,6 @@ def up(options: LabOptions) -> LabRecord:
         say("cleaning up a lab that did not stop cleanly")
         _teardown(layout, previous)
     nodes = load_inventory(options.inventory) if options.inventory else []
-    binaries = binaries_module.ensure(options.version, options.bin_dirs, quiet=False)
-    shim = ShimBuild(options.shim_build or default_shim_build())
-    real, note = realnode.choose(nodes, shim, layout.root) if options.real_nodes else ([], "")
-    if real:
-        # Before anything starts: a missing or broken runc, CNI plugin, kubelet or containerd
-        # build fails here, naming it, with nothing to tear down.
-        binaries_module.ensure_node(options.version, options.bin_dirs)
-    layout.prepare()
     unknown = sorted(set(options.ports) - set(PORT_NAMES))
     if unknown:
         raise InvalidRequest(
@@ -113,6 +105,18 @@ def up(options: LabOptions) -> LabRecord:
             field="ports",
             value=unknown[0],
         )
+    binaries = binaries_module.ensure(options.version, options.bin_dirs, quiet=False)
+    shim = ShimBuild(options.shim_build or default_shim_build())
+    real, note = realnode.choose(nodes, shim, layout.root) if options.real_nodes else ([], "")
+    if real:
+        # Before anything starts: a missing or broken runc, CNI plugin, kubelet or containerd
+        # build fails here, naming it, with nothing to tear down but the claim.
+        try:
+            binaries_module.ensure_node(options.version, options.bin_dirs)
+        except BaseException:
+            realnode.release(layout.root)
+            raise
+    layout.prepare()
     record = LabRecord(version=options.version, ports={**free_ports(PORT_NAMES), **options.ports})
     record.inventory = str(options.inventory.resolve()) if options.inventory else ""
     record.real_node_note = note
