@@ -397,3 +397,57 @@ def test_no_pod_label_opts_out_of_the_webhook() -> None:
     assert "objectSelector" not in hook
     expressions = hook["namespaceSelector"]["matchExpressions"]
     assert {"key": "vslice.io/webhook", "operator": "NotIn", "values": ["disabled"]} in expressions
+
+
+def test_the_api_server_gets_a_webhook_client_certificate_and_admission_configuration(
+    tmp_path: Path,
+) -> None:
+    """The role's TLS tasks and its webhook client tasks, run on this host into tmp_path."""
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
+    role = ROLES / "vslice_control_plane"
+    play = {
+        "name": "Webhook client",
+        "hosts": "localhost",
+        "connection": "local",
+        "vars_files": [str(role / "defaults" / "main.yml"), str(role / "vars" / "main.yml")],
+        "tasks": [
+            {"ansible.builtin.import_tasks": str(role / "tasks" / "tls.yml")},
+            {"ansible.builtin.import_tasks": str(role / "tasks" / "webhook_client_tls.yml")},
+        ],
+        "handlers": [{"ansible.builtin.import_tasks": str(role / "handlers" / "main.yml")}],
+    }
+    (tmp_path / "play.yml").write_text(yaml.safe_dump([play]))
+    # Outside a role, templates are looked up beside the playbook.
+    (tmp_path / "templates").symlink_to(role / "templates")
+    (tmp_path / "pki").mkdir()
+    overrides = tmp_path / "vars.json"
+    overrides.write_text(
+        json.dumps(
+            {
+                "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+                "vslice_control_plane_tls_dir": str(tmp_path / "pki"),
+                "vslice_control_plane_admission_config_dir": str(tmp_path / "admission"),
+                "vslice_control_plane_webhook_host": "10.0.0.5",
+                "vslice_control_plane_restart_on_change": False,
+            }
+        )
+    )
+    result = run(tool("ansible-playbook"), "-e", f"@{overrides}", str(tmp_path / "play.yml"))
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    config = yaml.safe_load((tmp_path / "admission" / "admission.yaml").read_text())
+    kubeconfig = tmp_path / "admission" / "admission-webhooks.kubeconfig"
+    assert [p["name"] for p in config["plugins"]] == [
+        "MutatingAdmissionWebhook",
+        "ValidatingAdmissionWebhook",
+    ]
+    for plugin in config["plugins"]:
+        assert plugin["configuration"]["kind"] == "WebhookAdmissionConfiguration"
+        assert plugin["configuration"]["kubeConfigFile"] == str(kubeconfig)
+    (user,) = yaml.safe_load(kubeconfig.read_text())["users"]
+    assert user["name"] == "10.0.0.5:8443"  # the webhook URL's host:port
+    cert = x509.load_pem_x509_certificate((tmp_path / "pki" / "webhook-client.crt").read_bytes())
+    (cn,) = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    assert cn.value == "kube-apiserver-webhook-client"
+    assert kubeconfig.stat().st_mode & 0o777 == 0o600
