@@ -65,7 +65,6 @@ def pod(name: str, sliced: bool) -> dict[str, Any]:
             "limits": {
                 "nvidia.com/gpu": "1",
                 "nvidia.com/gpumem": "512",
-                "nvidia.com/gpucores": "10",
             }
         }
     else:
@@ -115,7 +114,8 @@ def round_trip(core: k8s.CoreV1Api, namespace: str, count: int, sliced: bool) ->
     done.wait(300)
     missing = sorted(set(started) - set(seen))
     if missing:
-        sys.exit(f"{len(missing)} {prefix} pod(s) never ran, e.g. {missing[0]}")
+        stuck = core.read_namespaced_pod(missing[0], namespace).status
+        sys.exit(f"{len(missing)} {prefix} pod(s) never ran, e.g. {missing[0]}: {stuck}")
     return [seen[name] - started[name] for name in started]
 
 
