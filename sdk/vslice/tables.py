@@ -42,6 +42,17 @@ class GpuRow:
         return max(0, self.memory_mib - self.memory_used_mib)
 
     @property
+    def overbooked(self) -> bool:
+        """More is booked on this GPU than it has: an allocation vslice did not make (forged,
+        edited) is counted where it claims to be, and the extender places nothing more here
+        until it is gone (docs/security.md)."""
+        return (
+            self.memory_used_mib > self.memory_mib
+            or self.cores_used > self.cores
+            or self.slots_used > self.slots
+        )
+
+    @property
     def cores_free(self) -> int:
         return max(0, self.cores - self.cores_used)
 

@@ -102,6 +102,8 @@ def _totals(rows: Sequence[GpuRow]) -> dict[str, int]:
 
 
 def _state(row: GpuRow) -> str:
+    if row.overbooked:
+        return "OVERBOOKED"
     if not row.healthy:
         return "unhealthy"
     return "cordoned" if row.cordoned else "ok"

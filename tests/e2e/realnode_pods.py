@@ -62,9 +62,10 @@ class RealNode:
         gpu: str | None = None,
         restart: str = "Never",
         env: dict[str, str] | None = None,
+        command: list[str] | None = None,
     ) -> dict[str, Any]:
-        """A one-container pod running ``vslice-smoke ARGS`` on one of this node's GPUs
-        (``gpu``: a UUID; default any GPU of this node)."""
+        """A one-container pod running ``vslice-smoke ARGS`` (or ``command``) on one of this
+        node's GPUs (``gpu``: a UUID; default any GPU of this node)."""
         limits = {"nvidia.com/gpu": "1"}
         if memory_mib is not None:
             limits["nvidia.com/gpumem"] = str(memory_mib)
@@ -73,7 +74,7 @@ class RealNode:
         container: dict[str, Any] = {
             "name": "main",
             "image": SMOKE_IMAGE,
-            "command": ["vslice-smoke", *args],
+            "command": command or ["vslice-smoke", *args],
             "resources": {"limits": limits},
         }
         if env:
@@ -120,6 +121,12 @@ class RealNode:
         text = self.logs(namespace, name)
         assert pod["status"]["phase"] == "Succeeded", f"{name} failed: {text}"
         return text
+
+    def shell(self, namespace: str, name: str, script: str, memory_mib: int = 1024) -> str:
+        """Run ``sh -c SCRIPT`` in a GPU container of the smoke image; its log once finished."""
+        self.smoke_pod(namespace, name, [], memory_mib=memory_mib, command=["sh", "-c", script])
+        self.wait_finished(namespace, name)
+        return self.logs(namespace, name)
 
     def delete_all(self, namespace: str, timeout: float = 60.0) -> None:
         """Delete the namespace's pods and wait until they are gone (frees their slots)."""

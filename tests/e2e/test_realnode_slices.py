@@ -47,39 +47,13 @@ def test_the_container_gets_the_shim_through_a_read_only_preload(
         "cat /etc/ld.so.preload; (echo x > /etc/ld.so.preload) 2>/dev/null && echo WRITABLE; "
         "env | grep -E '^(CUDA_DEVICE|NVIDIA_VISIBLE|LD_LIBRARY_PATH)' | sort"
     )
-    text = _shell(real_node, namespace, "shell", script)
+    text = real_node.shell(namespace, "shell", script)
     assert "libvslice.so" in text
     assert "WRITABLE" not in text  # read-only: a process cannot drop the shim
     assert "CUDA_DEVICE_MEMORY_LIMIT_0=1024m" in text
     assert "LD_LIBRARY_PATH=/usr/local/nvidia/lib64" in text  # from the CDI spec
     pod = real_node.lab.read_pod(namespace, "shell")
     assert pod["spec"]["nodeName"] == real_node.name
-
-
-def _shell(node: RealNode, namespace: str, name: str, script: str) -> str:
-    body = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "annotations": {"vslice.io/gpu-uuid": ",".join(g.uuid for g in node.gpus)},
-        },
-        "spec": {
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 0,
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "vslice.local/smoke:1",
-                    "command": ["sh", "-c", script],
-                    "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1024"}},
-                }
-            ],
-        },
-    }
-    node.lab.core.create_namespaced_pod(namespace, body)
-    node.wait_finished(namespace, name)
-    return node.logs(namespace, name)
 
 
 def test_two_pods_on_one_gpu_each_see_their_own_slice_and_never_exceed_the_card(

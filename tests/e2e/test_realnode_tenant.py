@@ -31,37 +31,6 @@ pytestmark = pytest.mark.timeout(240)
 STEP_MIB = 256
 
 
-def _shell_pod(
-    node: RealNode, namespace: str, name: str, script: str, memory_mib: int = 1024
-) -> str:
-    """Run ``sh -c script`` in a GPU container of ``memory_mib``; its log once finished."""
-    body = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "annotations": {"vslice.io/gpu-uuid": ",".join(g.uuid for g in node.gpus)},
-        },
-        "spec": {
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 0,
-            "containers": [
-                {
-                    "name": "main",
-                    "image": SMOKE_IMAGE,
-                    "command": ["sh", "-c", script],
-                    "resources": {
-                        "limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(memory_mib)}
-                    },
-                }
-            ],
-        },
-    }
-    node.lab.core.create_namespaced_pod(namespace, body)
-    node.wait_finished(namespace, name)
-    return node.logs(namespace, name)
-
-
 def test_a_container_that_raises_its_limit_in_the_environment_still_stops_at_the_slice(
     real_node: RealNode, namespace: str
 ) -> None:
@@ -73,7 +42,7 @@ def test_a_container_that_raises_its_limit_in_the_environment_still_stops_at_the
         "CUDA_DEVICE_SM_LIMIT=100 VSLICE_LIMITS_FILE=/tmp/mine "
         "CUDA_DEVICE_MEMORY_SHARED_CACHE=/tmp/region; exec vslice-smoke memory"
     )
-    text = _shell_pod(real_node, namespace, "raise", script, memory_mib=2048)
+    text = real_node.shell(namespace, "raise", script, memory_mib=2048)
     seen = parse_smoke(text)
     assert seen["device.0.total_mib"] == seen["device.0.info_total_mib"] == "2048", text
     assert seen["nvml.0.total_mib"] == "2048", text
@@ -83,7 +52,7 @@ def test_a_container_that_raises_its_limit_in_the_environment_still_stops_at_the
 
 def test_a_lower_limit_in_the_environment_is_honoured(real_node: RealNode, namespace: str) -> None:
     script = "export CUDA_DEVICE_MEMORY_LIMIT_0=512m; exec vslice-smoke memory"
-    seen = parse_smoke(_shell_pod(real_node, namespace, "lower", script, memory_mib=2048))
+    seen = parse_smoke(real_node.shell(namespace, "lower", script, memory_mib=2048))
     assert seen["device.0.total_mib"] == "512", seen
 
 
@@ -99,7 +68,7 @@ def test_the_limits_file_is_read_only_inside_the_container(
         "(touch /run/vslice-limits/other) 2>/dev/null && echo CREATED; "
         "echo region=$(test -w /run/vslice/*/main && echo writable); exit 0"
     )
-    text = _shell_pod(real_node, namespace, "readonly", script, memory_mib=1536)
+    text = real_node.shell(namespace, "readonly", script, memory_mib=1536)
     assert "VSLICE_LIMITS_VERSION=1" in text, text
     assert "CUDA_DEVICE_MEMORY_LIMIT_0=1536m" in text, text
     for done in ("APPENDED", "REMOVED", "CREATED"):

@@ -133,3 +133,19 @@ def test_a_large_inventory_lists_later_nodes_one_line_each() -> None:
     assert output.count("<details") == views.MAX_DETAILED_GPUS // 8
     assert f"{40 - views.MAX_DETAILED_GPUS // 8} more nodes, one line each" in output
     assert "n-039" in output
+
+
+def test_an_over_booked_gpu_is_shown_as_such_with_its_numbers() -> None:
+    """A forged allocation is counted where it claims to be (docs/security.md), so a GPU can
+    hold more than it has; the views say so instead of showing a full but healthy card."""
+    small = node("node-o", A100, 16384, 1)
+    pods = [
+        pod("team", "honest", "node-o", [("GPU-node-o-0", 0, 8192, 50)]),
+        pod("team", "forged", "node-o", [("GPU-node-o-0", 0, 16384, 100)]),
+    ]
+    rows = list(ClusterSnapshot.read([small], pods).gpus())
+    assert rows[0].overbooked and rows[0].memory_used_mib == 24576
+    text = str(ClusterSnapshot.read([small], pods).gpus())
+    assert "OVERBOOKED" in text and "24576/16384" in text
+    assert "OVERBOOKED" in ClusterSnapshot.read([small], pods).gpus()._repr_html_()
+    assert not next(iter(ClusterSnapshot.read([small], pods[:1]).gpus())).overbooked

@@ -30,4 +30,14 @@ def run(args: argparse.Namespace) -> int:
     print(json.dumps(gpus.records(), indent=2) if args.json else str(gpus))
     for problem in snapshot.problems:
         print(f"warning: {problem}", file=sys.stderr)
+    for row in gpus:
+        if row.overbooked:
+            print(
+                f"warning: GPU {row.index} of {row.node} is over-booked (memory "
+                f"{row.memory_used_mib}/{row.memory_mib} MiB, cores {row.cores_used}/{row.cores}, "
+                f"slots {row.slots_used}/{row.slots}): an allocation vslice did not make is "
+                f"counted there; nothing more is placed on it until that pod is gone "
+                f"(pods: {', '.join(row.pods) or '-'})",
+                file=sys.stderr,
+            )
     return EXIT_OK
