@@ -38,11 +38,16 @@ def _broken_up(tmp_path: Path) -> lab_module.LabError | binaries.BinaryError:
     node = {"name": "broken", "kubelet": True, "gpus": [{**gpu, "memory_mib": 1024, "slots": 2}]}
     inventory.write_text(yaml.safe_dump({"nodes": [node]}))
     before = fingerprint()
-    options = lab_module.LabOptions(state_dir=tmp_path / "lab", inventory=inventory, timeout=60)
-    with pytest.raises((lab_module.LabError, binaries.BinaryError)) as failure:
-        lab_module.up(options)
-    assert state.load(Layout.at(tmp_path / "lab")) is None  # nothing recorded as running
-    assert lab_module.status(tmp_path / "lab") is None
+    # A short state dir, as a user's would be: the kubelet's unix sockets live below it.
+    state_dir = Path(tempfile.mkdtemp(prefix="vsl-broken-", dir="/tmp"))
+    options = lab_module.LabOptions(state_dir=state_dir, inventory=inventory, timeout=60)
+    try:
+        with pytest.raises((lab_module.LabError, binaries.BinaryError)) as failure:
+            lab_module.up(options)
+    finally:
+        lab_module.down(state_dir)  # a no-op when up cleaned up, as it must
+    assert state.load(Layout.at(state_dir)) is None  # nothing recorded as running
+    assert lab_module.status(state_dir) is None
     assert differences(before, fingerprint()) == []  # and nothing left on the host
     return failure.value
 
@@ -53,13 +58,15 @@ def test_a_kubelet_that_fails_to_start_is_named_with_its_log_and_nothing_is_left
     real = nodeconfig.kubelet_config
 
     def broken(*args: Any, **kwargs: Any) -> dict[str, Any]:
-        return {**real(*args, **kwargs), "cgroupDriver": "no-such-driver"}
+        # Out of range: the kubelet's own configuration validation refuses it at start.
+        return {**real(*args, **kwargs), "healthzPort": 70000}
 
     monkeypatch.setattr(nodeconfig, "kubelet_config", broken)
     error = _broken_up(tmp_path)
     assert isinstance(error, lab_module.LabError) and error.component == "kubelet-broken"
     assert error.log is not None and error.log.name == "kubelet-broken.log"
     assert "kubelet-broken exited during start" in str(error)
+    assert "70000" in str(error)  # the log's tail shows the kubelet's own reason
 
 
 def test_a_runc_that_fails_is_named_with_what_it_said_and_nothing_is_left(
