@@ -108,11 +108,12 @@ def up(options: LabOptions) -> LabRecord:
     binaries = binaries_module.ensure(options.version, options.bin_dirs, quiet=False)
     shim = ShimBuild(options.shim_build or default_shim_build())
     real, note = realnode.choose(nodes, shim, layout.root) if options.real_nodes else ([], "")
+    node_binaries = None
     if real:
         # Before anything starts: a missing or broken runc, CNI plugin, kubelet or containerd
         # build fails here, naming it, with nothing to tear down but the claim.
         try:
-            binaries_module.ensure_node(options.version, options.bin_dirs)
+            node_binaries = binaries_module.ensure_node(options.version, options.bin_dirs)
         except BaseException:
             realnode.release(layout.root)
             raise
@@ -123,7 +124,7 @@ def up(options: LabOptions) -> LabRecord:
     if note:
         say(f"no real node: {note}")
     try:
-        _start_all(layout, options, binaries, record, nodes, real, say)
+        _start_all(layout, options, binaries, node_binaries, record, nodes, real, say)
     except BaseException:
         _teardown(layout, record)
         raise
@@ -134,6 +135,7 @@ def _start_all(
     layout: Layout,
     options: LabOptions,
     binaries: binaries_module.Binaries,
+    node_binaries: binaries_module.NodeBinaries | None,
     record: LabRecord,
     nodes: Sequence[SimulatedNode],
     real: Sequence[SimulatedNode],
@@ -174,7 +176,7 @@ def _start_all(
         record.nodes = cluster.create_nodes(simulated, options.extra_node_resources)
         state.save(layout, record)
         cluster.wait_nodes_ready(record.nodes, options.timeout)
-    if real:
+    if real and node_binaries is not None:
         context = realnode.NodeContext(
             layout=layout,
             record=record,
@@ -183,8 +185,7 @@ def _start_all(
             admin=admin,
             services_kubeconfig=services_kubeconfig,
             inventory_file=options.inventory or DEFAULT_INVENTORY,
-            version=options.version,
-            bin_dirs=options.bin_dirs,
+            binaries=node_binaries,
             shim=ShimBuild(options.shim_build or default_shim_build()),
             timeout=options.timeout,
             launch=lambda group: _launch(layout, record, say, group, options.timeout),

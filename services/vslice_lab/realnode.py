@@ -26,8 +26,8 @@ from vslice_core.resources import DEFAULT_RESOURCE_NAMES
 from vslice_kube.client import api_client
 from vslice_kube.nodes import is_ready, read_node, set_node_addresses
 
-from vslice_lab import binaries as binaries_module
 from vslice_lab import configs, hostchanges, images, nodeconfig, pki, processes, state
+from vslice_lab.binaries import NodeBinaries
 from vslice_lab.components import Certificates, Component
 from vslice_lab.errors import LabError
 from vslice_lab.inventory import SimulatedNode
@@ -52,8 +52,8 @@ class NodeContext:
     """The vslice services' kubeconfig (group vslice:services): the device plugin and the
     monitor write vslice's state annotations with it."""
     inventory_file: Path
-    version: str
-    bin_dirs: tuple[Path, ...]
+    binaries: NodeBinaries
+    """Found (or built) by ``up`` before anything started."""
     shim: ShimBuild
     timeout: float
     launch: Launch
@@ -130,7 +130,7 @@ def choose(
 def start(node: SimulatedNode, ctx: NodeContext) -> None:
     """Start one real node (see the module docstring); LabError names what failed."""
     name = node.name
-    binaries = binaries_module.ensure_node(ctx.version, ctx.bin_dirs)
+    binaries = ctx.binaries
     record = ctx.record
     if record.host is None:
         record.host = hostchanges.snapshot([nodeconfig.BRIDGE]).to_json()
