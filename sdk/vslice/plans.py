@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from vslice_core import whynot
 from vslice_core.model import Decision, GpuGrant, PodRequest
+from vslice_core.plan import plan_json
 from vslice_core.requests import pod_request
 
 from vslice import manifests
@@ -18,26 +20,13 @@ from vslice.errors import InvalidRequest, NoFit
 from vslice.slices import Slice
 from vslice.snapshot import ClusterSnapshot
 
-REASON_TEXT: Final[dict[str, str]] = {
-    "unhealthy": "GPU reported unhealthy",
-    "cordoned": "GPU cordoned by an operator",
-    "type_mismatch": "GPU model not wanted (gpu_type / exclude_gpu_type)",
-    "uuid_mismatch": "GPU UUID not wanted (gpu_uuid / exclude_gpu_uuid)",
-    "slots_exhausted": "every slice slot of the GPU is taken",
-    "mutex_busy": "GPU already holds a slice (mutex policy)",
-    "insufficient_memory": "not enough free GPU memory",
-    "insufficient_cores": "not enough free GPU cores",
-    "exclusive_conflict": "a whole GPU was asked but the GPU is in use",
-    "cores_exhausted": "every core of the GPU is taken",
-    "numa_mismatch": "GPUs not on one NUMA node (numa_bind)",
-    "too_few_gpus": "fewer usable GPUs on the node than asked",
-    "quota_exceeded": "the namespace's GPU quota is used up",
-}
+# The reason words live in the core so every view says the same; re-exported here.
+REASON_TEXT: Final[dict[str, str]] = whynot.REASON_TEXT
 
 
 def explain(reason: str) -> str:
     """Human words for an engine reason code (the code itself when unknown)."""
-    return REASON_TEXT.get(reason, reason)
+    return whynot.reason_text(reason)
 
 
 @dataclass(frozen=True)
@@ -48,6 +37,7 @@ class Plan:
     slice: Slice | None = None
     namespace: str = "default"
     gpu_models: tuple[str, ...] = field(default=())
+    request: PodRequest | None = None
 
     @property
     def fits(self) -> bool:
@@ -74,29 +64,30 @@ class Plan:
             if not verdict.fits
         }
 
+    def explanation(self) -> whynot.WhyNot:
+        """The decision in words (the same text ``vslice plan`` prints)."""
+        request = self.request or PodRequest()
+        return whynot.explain(self.decision, request)
+
     def why_not(self) -> str:
-        """One line per rejected node, in words, e.g. ``node-2: not enough free memory (x2)``."""
-        lines = []
-        for node, reasons in self.reasons.items():
-            words = "; ".join(f"{explain(code)} (x{count})" for code, count in reasons.items())
-            lines.append(f"{node}: {words or 'rejected'}")
-        return "\n".join(lines) or "no node is available"
+        """Why it does not fit, with numbers, over several lines: the cause, one line per
+        node, and what would fit now. Empty when the request fits."""
+        return "" if self.fits else self.explanation().text()
+
+    def headline(self) -> str:
+        """One line: ``fits on node-a`` or the cause and the best suggestion."""
+        return self.explanation().one_line()
 
     def raise_for_fit(self) -> Plan:
         """Raise :class:`vslice.errors.NoFit` (with ``.reasons``) unless the request fits."""
         if not self.fits:
             wanted = self.slice.describe() if self.slice else "the request"
-            raise NoFit(f"{wanted} does not fit:\n{self.why_not()}", reasons=self.reasons)
+            raise NoFit(f"{wanted}: {self.why_not()}", reasons=self.reasons)
         return self
 
     def to_dict(self) -> dict[str, Any]:
-        """The ``vslice plan --json`` shape."""
-        containers = [
-            {"name": name, "gpus": [g.model_dump(exclude={"index"}) for g in gpus]}
-            for name, gpus in self.grants.items()
-        ]
-        nodes = {name: v.model_dump() for name, v in sorted(self.decision.nodes.items())}
-        return {"fits": self.fits, "node": self.node, "containers": containers, "nodes": nodes}
+        """The ``vslice plan --json`` shape (the core builds both)."""
+        return plan_json(self.decision, self.request)
 
     def _repr_html_(self) -> str:
         from vslice import views
@@ -134,6 +125,7 @@ def plan_manifest(
         slice=slice,
         namespace=namespace,
         gpu_models=tuple(snapshot.gpu_models()),
+        request=request,
     )
 
 

@@ -31,6 +31,7 @@ from vslice_core.annotations import (
     NUMA_BIND,
 )
 from vslice_core.model import GPU_POLICIES, NODE_POLICIES, GpuPolicy, NodePolicy
+from vslice_core.quantities import format_mib as format_mib  # re-exported: the SDK spelling
 from vslice_core.quantities import to_mib
 from vslice_core.resources import DEFAULT_RESOURCE_NAMES, ResourceNames
 
@@ -268,14 +269,6 @@ class Slice(BaseModel):
 
     def __str__(self) -> str:
         return self.describe()
-
-
-def format_mib(mib: int) -> str:
-    """``10240`` -> ``10 GiB``; ``1536`` -> ``1.5 GiB``; ``512`` -> ``512 MiB``."""
-    if mib < 1024:
-        return f"{mib} MiB"
-    gib = mib / 1024
-    return f"{gib:.0f} GiB" if gib.is_integer() else f"{gib:.1f} GiB"
 
 
 def _invalid_request(exc: ValidationError) -> InvalidRequest:

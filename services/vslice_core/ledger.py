@@ -33,6 +33,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from vslice_core.errors import InvalidRequest, NoFit
+from vslice_core.headroom import Candidate, node_room, suggest
 from vslice_core.model import (
     REASONS,
     Allocation,
@@ -45,6 +46,7 @@ from vslice_core.model import (
     NodeVerdict,
     PodRequest,
     QuotaUsage,
+    Suggestion,
 )
 from vslice_core.placement import (
     Ask,
@@ -293,12 +295,16 @@ class Ledger:
         candidates: Iterable[str] | None = None,
         *,
         explain: bool = False,
+        suggest: bool = False,
     ) -> Decision:
         """The best node for the pod among ``candidates`` (None = all) and its allocation.
 
         ``explain=False`` stops at the first fitting node in policy order and reports only
         that node's verdict (or every candidate's exact verdict when nothing fits);
         ``explain=True`` evaluates and reports every candidate. Both choose the same node.
+        A node that cannot take the pod carries its :class:`NodeRoom` (the numbers behind
+        its reasons). ``suggest=True`` adds, when nothing fits, changed requests that fit
+        now (:func:`vslice_core.headroom.suggest`; what-if answers, not the bind path).
         """
         ask = compile_request(request)
         names = None if candidates is None else list(candidates)
@@ -314,7 +320,23 @@ class Ledger:
                         nodes={state.name: verdict},
                     )
             unique = None if names is None else list(dict.fromkeys(names))
-            return self._explain(request, ask, unique)
+            decision = self._explain(request, ask, unique)
+            if suggest and not decision.fits:
+                decision = decision.model_copy(
+                    update={"suggestions": self._suggestions(request, unique)}
+                )
+            return decision
+
+    def _suggestions(self, request: PodRequest, names: list[str] | None) -> list[Suggestion]:
+        room = self._room(request.namespace)
+        order = {name: rank for rank, name in enumerate(self._ranking.walk(request.node_policy))}
+        wanted = self._nodes if names is None else names
+        candidates = [
+            Candidate(self._nodes[name], room)
+            for name in wanted
+            if name in self._nodes and name not in self._blocks
+        ]
+        return suggest(request, candidates, lambda name: order.get(name, len(order)))
 
     def _first_fit(
         self, ask: Ask, names: Collection[str] | None
@@ -354,7 +376,8 @@ class Ledger:
             outcome = evaluate(state, ask, room)
             score = node_score(state, ask.node_policy) if outcome.fits else None
             reasons = {code: outcome.reasons[code] for code in REASONS if code in outcome.reasons}
-            verdicts[name] = NodeVerdict(fits=outcome.fits, score=score, reasons=reasons)
+            left = None if outcome.fits else node_room(state, ask)
+            verdicts[name] = NodeVerdict(fits=outcome.fits, score=score, reasons=reasons, room=left)
             if outcome.fits and (best is None or order[name] < order[best[0].name]):
                 best = (state, outcome)
         if best is None:

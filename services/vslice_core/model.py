@@ -234,12 +234,40 @@ class NamespaceQuota(_Model):
     used: QuotaUsage = Field(default_factory=QuotaUsage)
 
 
+class NodeRoom(_Model):
+    """What a node could still give a request that does not fit there: the numbers behind
+    its reason codes ("the most free is 12 GiB on GPU 1, of 80 GiB"). Only GPUs the request
+    may use count (healthy, not cordoned, of a wanted model and UUID)."""
+
+    gpus: int = Field(ge=0, description="GPUs on the node")
+    usable: int = Field(ge=0, description="GPUs the request may use")
+    open: int = Field(ge=0, description="usable GPUs with a free slice slot")
+    largest_mib: int = Field(ge=0, description="memory of the largest usable GPU")
+    free_mib: int = Field(ge=0, description="the most free memory on one open usable GPU")
+    free_gpu: int | None = Field(None, description="index of that GPU")
+    free_of_mib: int = Field(0, ge=0, description="that GPU's memory")
+    free_cores: int = Field(0, ge=0, description="the most free cores on one open usable GPU")
+
+
+class Suggestion(_Model):
+    """A changed request that fits now, found by running the engine on it."""
+
+    change: Literal["smaller", "fewer_gpus", "other_type"]
+    node: str
+    gpus: int = Field(ge=1, description="GPUs per container")
+    memory_mib: int = Field(ge=0, description="MiB per GPU")
+    cores: int = Field(ge=0, le=100)
+    gpu_indices: list[int] = Field(default_factory=list)
+    gpu_model: str | None = Field(None, description="for other_type: the model it would get")
+
+
 class NodeVerdict(_Model):
     """Whether a pod fits one node, its score there, and why GPUs were rejected."""
 
     fits: bool
     score: float | None = None
     reasons: dict[str, int] = Field(default_factory=dict)
+    room: NodeRoom | None = Field(None, description="set in explain mode when it does not fit")
 
 
 class Decision(_Model):
@@ -248,6 +276,9 @@ class Decision(_Model):
     node: str | None = None
     allocation: Allocation | None = None
     nodes: dict[str, NodeVerdict] = Field(default_factory=dict)
+    suggestions: list[Suggestion] = Field(
+        default_factory=list, description="requests that would fit now (when asked for)"
+    )
 
     @property
     def fits(self) -> bool:

@@ -12,9 +12,10 @@ from typing import Any
 
 from vslice_core.cluster import Cluster, build_ledger
 from vslice_core.errors import InvalidRequest
-from vslice_core.model import REASONS, Decision, NodeVerdict
+from vslice_core.model import REASONS, Decision, NodeVerdict, PodRequest
 from vslice_core.requests import pod_request
 from vslice_core.resources import DEFAULT_RESOURCE_NAMES, ResourceNames
+from vslice_core.whynot import explain
 
 _WORKLOADS_WITH_TEMPLATE = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job")
 
@@ -49,10 +50,10 @@ def pod_manifest(data: Any) -> Mapping[str, Any]:
     raise InvalidRequest(f"kind must be one of {choices}, got {kind!r}", field="kind", value=kind)
 
 
-def plan(
+def plan_decision(
     cluster: Cluster, manifest: Any, names: ResourceNames = DEFAULT_RESOURCE_NAMES
-) -> dict[str, Any]:
-    """Where the pod would go in this cluster, and why each node can or cannot take it."""
+) -> tuple[Decision, PodRequest]:
+    """The engine's explained decision for the pod (with suggestions when it does not fit)."""
     request = pod_request(pod_manifest(manifest), names)
     if not request.containers:
         managed = ", ".join(names.managed())
@@ -62,16 +63,38 @@ def plan(
             value=None,
         )
     ledger = build_ledger(cluster)
-    decision = ledger.decide(request, [node.name for node in cluster.nodes], explain=True)
-    return plan_json(decision)
+    nodes = [node.name for node in cluster.nodes]
+    return ledger.decide(request, nodes, explain=True, suggest=True), request
+
+
+def plan(
+    cluster: Cluster, manifest: Any, names: ResourceNames = DEFAULT_RESOURCE_NAMES
+) -> dict[str, Any]:
+    """Where the pod would go in this cluster, and why each node can or cannot take it."""
+    decision, request = plan_decision(cluster, manifest, names)
+    return plan_json(decision, request)
 
 
 def _reasons(verdict: NodeVerdict) -> dict[str, int]:
     return {code: verdict.reasons[code] for code in REASONS if code in verdict.reasons}
 
 
-def plan_json(decision: Decision) -> dict[str, Any]:
-    """The DESIGN.md JSON object of a decision."""
+def _node_json(verdict: NodeVerdict) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "fits": verdict.fits,
+        "score": verdict.score,
+        "reasons": _reasons(verdict),
+    }
+    if verdict.room is not None:
+        entry["room"] = verdict.room.model_dump()
+    return entry
+
+
+def plan_json(decision: Decision, request: PodRequest | None = None) -> dict[str, Any]:
+    """The DESIGN.md JSON object of a decision, plus the numbers behind a "does not fit":
+    ``nodes[*].room`` (what the node could still give), ``suggestions`` (changed requests
+    the engine found to fit now) and ``why_not`` (the text every view prints; null when the
+    pod fits)."""
     containers = []
     if decision.allocation is not None:
         containers = [
@@ -84,31 +107,15 @@ def plan_json(decision: Decision) -> dict[str, Any]:
             }
             for container in decision.allocation.containers
         ]
-    nodes = {
-        name: {"fits": verdict.fits, "score": verdict.score, "reasons": _reasons(verdict)}
-        for name, verdict in decision.nodes.items()
+    nodes = {name: _node_json(verdict) for name, verdict in decision.nodes.items()}
+    why_not = None
+    if request is not None and not decision.fits:
+        why_not = explain(decision, request).text()
+    return {
+        "fits": decision.fits,
+        "node": decision.node,
+        "containers": containers,
+        "nodes": nodes,
+        "suggestions": [s.model_dump() for s in decision.suggestions],
+        "why_not": why_not,
     }
-    return {"fits": decision.fits, "node": decision.node, "containers": containers, "nodes": nodes}
-
-
-def render_plan(result: Mapping[str, Any]) -> str:
-    """The human-readable form of :func:`plan`'s result."""
-    lines = []
-    if result["fits"]:
-        lines.append(f"fits on {result['node']}")
-        for container in result["containers"]:
-            gpus = ", ".join(
-                f"{g['uuid']} ({g['memory_mib']} MiB, {g['cores']}% cores)"
-                for g in container["gpus"]
-            )
-            lines.append(f"  {container['name']}: {gpus}")
-    else:
-        lines.append("does not fit on any node")
-    width = max((len(name) for name in result["nodes"]), default=4)
-    for name, verdict in result["nodes"].items():
-        if verdict["fits"]:
-            detail = f"fits   score {verdict['score']}"
-        else:
-            detail = "no     " + ", ".join(f"{k}={v}" for k, v in verdict["reasons"].items())
-        lines.append(f"  {name.ljust(width)}  {detail}")
-    return "\n".join(lines)

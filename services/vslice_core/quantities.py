@@ -101,3 +101,16 @@ def to_count(value: object, field: str) -> int:
 def shim_memory_limit(mib: int) -> str:
     """The shim's spelling of a memory limit (``CUDA_DEVICE_MEMORY_LIMIT``): MiB with ``m``."""
     return f"{mib}m"
+
+
+def format_mib(mib: int) -> str:
+    """``10240`` -> ``10 GiB``; ``1536`` -> ``1.5 GiB``; ``512`` -> ``512 MiB``.
+
+    Rounded down to a tenth of a GiB: a free amount shown is never more than is free.
+    """
+    if mib < 1024:
+        return f"{mib} MiB"
+    tenths = mib * 10 // 1024
+    return (
+        f"{tenths // 10} GiB" if tenths % 10 == 0 and mib % 1024 == 0 else f"{tenths / 10:.1f} GiB"
+    )

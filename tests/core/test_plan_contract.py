@@ -29,6 +29,23 @@ CLUSTER = {
     ]
 }
 MAIN = pod(container(gpu=1, mem=30720, cores=50))
+T4_ROOM = {
+    "gpus": 2,
+    "usable": 2,
+    "open": 2,
+    "largest_mib": 16000,
+    "free_mib": 16000,
+    "free_gpu": 0,
+    "free_of_mib": 16000,
+    "free_cores": 100,
+}
+WHY_NOT_TWO_GPUS = (
+    "does not fit: asks 2 GPUs with 19.5 GiB each; no node has that free now\n"
+    "  node-1: asks 2 GPUs, 1 of its 1 can take it\n"
+    "  node-2: its largest GPU has 15.6 GiB, asks 19.5 GiB (memory, x2)\n"
+    "would fit now: 2 GPUs with 15.6 GiB on node-2 (GPU 0, 1); "
+    "or 1 GPU instead of 2 on node-1 (GPU 0)"
+)
 
 
 def write(tmp_path: Path, name: str, data: Any) -> str:
@@ -61,8 +78,15 @@ def test_a_fitting_pod_prints_the_design_json_and_exits_0(tmp_path: Path) -> Non
         ],
         "nodes": {
             "node-1": {"fits": True, "score": 3.75, "reasons": {}},
-            "node-2": {"fits": False, "score": None, "reasons": {"insufficient_memory": 2}},
+            "node-2": {
+                "fits": False,
+                "score": None,
+                "reasons": {"insufficient_memory": 2},
+                "room": T4_ROOM,
+            },
         },
+        "suggestions": [],
+        "why_not": None,
     }
     assert out.count("\n") == 1
 
@@ -75,18 +99,80 @@ def test_a_pod_that_fits_nowhere_prints_fits_false_and_exits_1(tmp_path: Path) -
         "node": None,
         "containers": [],
         "nodes": {
-            "node-1": {"fits": False, "score": None, "reasons": {"too_few_gpus": 1}},
-            "node-2": {"fits": False, "score": None, "reasons": {"insufficient_memory": 2}},
+            "node-1": {
+                "fits": False,
+                "score": None,
+                "reasons": {"too_few_gpus": 1},
+                "room": {
+                    "gpus": 1,
+                    "usable": 1,
+                    "open": 1,
+                    "largest_mib": 81920,
+                    "free_mib": 81920 - 30720,
+                    "free_gpu": 0,
+                    "free_of_mib": 81920,
+                    "free_cores": 50,
+                },
+            },
+            "node-2": {
+                "fits": False,
+                "score": None,
+                "reasons": {"insufficient_memory": 2},
+                "room": T4_ROOM,
+            },
         },
+        # The engine's own answer: the largest slice two GPUs can each give now, and
+        # the same slice on one GPU (node-1 has 50 GiB free).
+        "suggestions": [
+            {
+                "change": "smaller",
+                "node": "node-2",
+                "gpus": 2,
+                "memory_mib": 16000,
+                "cores": 0,
+                "gpu_indices": [0, 1],
+                "gpu_model": None,
+            },
+            {
+                "change": "fewer_gpus",
+                "node": "node-1",
+                "gpus": 1,
+                "memory_mib": 20000,
+                "cores": 0,
+                "gpu_indices": [0],
+                "gpu_model": None,
+            },
+        ],
+        "why_not": WHY_NOT_TWO_GPUS,
     }
 
 
 def test_the_text_form_names_the_node_the_gpus_and_the_reasons(tmp_path: Path) -> None:
     status, out, _ = plan(tmp_path, CLUSTER, MAIN)
     assert status == 0
-    assert out.splitlines()[0] == "fits on node-1"
-    assert "GPU-0 (30720 MiB, 50% cores)" in out
-    assert "insufficient_memory=2" in out
+    assert out.splitlines() == [
+        "1 GPU with 30 GiB, 50% cores: fits on node-1",
+        "  main: GPU 0 GPU-0, 30 GiB, 50% cores",
+        "  node-1  fits  score 3.75",
+        "  node-2  no    its largest GPU has 15.6 GiB, asks 30 GiB (memory, x2)",
+    ]
+
+
+def test_the_text_of_a_pod_that_fits_nowhere_is_the_json_why_not(tmp_path: Path) -> None:
+    status, out, _ = plan(tmp_path, CLUSTER, pod(container(gpu=2, mem=20000)))
+    assert status == 1
+    assert out == "2 GPUs with 19.5 GiB each: " + WHY_NOT_TWO_GPUS + "\n"
+
+
+def test_a_request_larger_than_any_gpu_is_not_blamed_on_free_memory(tmp_path: Path) -> None:
+    status, out, _ = plan(tmp_path, CLUSTER, pod(container(mem=200 * 1024, cores=30)))
+    assert status == 1
+    lines = out.splitlines()
+    assert lines[0] == (
+        "1 GPU with 200 GiB, 30% cores: does not fit: "
+        "asks 200 GiB per GPU; the largest GPU here has 80 GiB"
+    )
+    assert lines[-1] == "would fit now: 1 GPU with 50 GiB, 30% cores on node-1 (GPU 0)"
 
 
 @pytest.mark.parametrize(
@@ -183,9 +269,9 @@ def _dump() -> dict[str, Any]:
 def test_a_kubectl_dump_answers_why_a_pod_does_not_fit(tmp_path: Path) -> None:
     status, out, err = plan(tmp_path, _dump(), pod(container(mem=20000)), "--json", "--from-dump")
     assert (status, err) == (1, "")
-    assert json.loads(out)["nodes"] == {
-        "node-1": {"fits": False, "score": None, "reasons": {"insufficient_memory": 1}}
-    }
+    verdict = json.loads(out)["nodes"]["node-1"]
+    assert (verdict["fits"], verdict["reasons"]) == (False, {"insufficient_memory": 1})
+    assert (verdict["room"]["free_mib"], verdict["room"]["free_of_mib"]) == (10000, 40000)
     status, out, _ = plan(tmp_path, _dump(), pod(container(mem=10000)), "--json")
     assert status == 0 and json.loads(out)["node"] == "node-1"
 

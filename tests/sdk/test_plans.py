@@ -29,12 +29,15 @@ def test_a_slice_that_cannot_fit_says_why_per_node(snapshot: ClusterSnapshot) ->
     with pytest.raises(NoFit) as caught:
         plan.raise_for_fit()
     assert caught.value.reasons == plan.reasons
-    assert "node-b: not enough free GPU memory" in str(caught.value)
+    message = str(caught.value)
+    assert message.startswith("2 GPUs, 70 GiB each: does not fit: asks 2 GPUs with 70 GiB each")
+    assert "\n  node-b: " in message and "(memory" in message
+    assert message.splitlines()[-1].startswith("would fit now: ")
 
 
 def test_the_json_shape_is_the_one_vslice_plan_prints(snapshot: ClusterSnapshot) -> None:
     result = _plan(snapshot, Slice("1Gi", cores=10)).to_dict()
-    assert set(result) == {"fits", "node", "containers", "nodes"}
+    assert set(result) == {"fits", "node", "containers", "nodes", "suggestions", "why_not"}
     assert result["containers"][0]["gpus"][0].keys() == {"uuid", "memory_mib", "cores"}
     assert set(result["nodes"]) == {"node-a", "node-b"}
 

@@ -14,7 +14,8 @@ from typing import Any
 
 from vslice_core.cluster import Cluster, cluster_from_dump, load_yaml, parse_cluster
 from vslice_core.errors import InvalidRequest, VsliceError, one_line
-from vslice_core.plan import plan, render_plan
+from vslice_core.plan import plan_decision, plan_json
+from vslice_core.whynot import render_plan
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
                 "CLUSTER and POD cannot both be '-' (stdin)", field="POD", value="-"
             )
         cluster = _cluster(_read(args.cluster, "CLUSTER"), args.from_dump)
-        result = plan(cluster, load_yaml(_read(args.pod, "POD"), "POD"))
+        decision, request = plan_decision(cluster, load_yaml(_read(args.pod, "POD"), "POD"))
     except VsliceError as error:
         print(f"vslice plan: {one_line(error)}", file=sys.stderr)
         return 2
@@ -64,5 +65,8 @@ def run(args: argparse.Namespace) -> int:
         message = f"input must be a valid cluster and pod, got {error}"
         print(f"vslice plan: {one_line(message)}", file=sys.stderr)
         return 2
-    print(json.dumps(result) if args.json else render_plan(result))
-    return 0 if result["fits"] else 1
+    if args.json:
+        print(json.dumps(plan_json(decision, request)))
+    else:
+        print(render_plan(decision, request))
+    return 0 if decision.fits else 1
