@@ -4,18 +4,24 @@ Subcommands are imported only when they run, so ``vslice plan`` starts without l
 gRPC or the Kubernetes client. Each command module provides
 ``add_arguments(parser: argparse.ArgumentParser) -> None`` and
 ``run(args: argparse.Namespace) -> int`` (the exit status).
+
+An unknown option is reported with the usage of the (sub)command it was given to, and a
+reader that closes the pipe early (``vslice top | head -3``) ends the command quietly with
+status 141, as a shell reports SIGPIPE.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
 # name -> (module, one-line help). Keep sorted by name.
 COMMANDS: dict[str, tuple[str, str]] = {
     "allocations": ("vslice.commands.allocations", "list who holds which GPU slice"),
+    "delete": ("vslice.commands.delete", "give a slice back: delete a pod or Job by name"),
     "lab": ("vslice.commands.lab", "run a local lab: real control plane, simulated GPU nodes"),
     "plan": ("vslice.commands.plan", "what-if placement: would this pod fit, where, and why not"),
     "request": ("vslice.commands.request", "submit a sliced pod from the shell and wait for it"),
@@ -32,18 +38,34 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     for name, (module, help_text) in COMMANDS.items():
         sub_parser = sub.add_parser(name, help=help_text, description=help_text)
         if name == chosen:
+            sub_parser.set_defaults(usage_parser=sub_parser)
             importlib.import_module(module).add_arguments(sub_parser)
     return parser
 
 
+def parse(argv: Sequence[str]) -> argparse.Namespace:
+    """The parsed arguments; an unknown option exits 2 with the usage of the innermost
+    (sub)command that was chosen (a command's own subcommands set ``usage_parser`` too)."""
+    parser = build_parser(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        chosen: argparse.ArgumentParser = getattr(args, "usage_parser", parser)
+        chosen.error(f"unrecognized arguments: {' '.join(unknown)}")
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args_list = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser(args_list).parse_args(args_list)
+    args = parse(list(sys.argv[1:] if argv is None else argv))
     module, _ = COMMANDS[args.command]
     try:
         status: int = importlib.import_module(module).run(args)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # Nothing more can be written; point stdout at /dev/null so the final flush is quiet.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     return status
 
 

@@ -75,6 +75,14 @@ class LabOptions:
     checkout's ``shim/build``."""
 
 
+class LabAlreadyRunning(LabError):
+    """``up`` found a healthy lab in the state directory; ``record`` is that lab's."""
+
+    def __init__(self, message: str, *, record: LabRecord) -> None:
+        super().__init__(message, component="lab")
+        self.record = record
+
+
 def services_installed() -> dict[str, bool]:
     """Which vslice services this installation can run."""
     return {
@@ -90,10 +98,10 @@ def up(options: LabOptions) -> LabRecord:
     previous = state.load(layout)
     if previous is not None:
         if all(processes.alive(p) for p in previous.processes) and previous.processes:
-            raise LabError(
+            raise LabAlreadyRunning(
                 f"a lab is already running in {layout.root} (API server {previous.server}); "
                 f"stop it first with `vslice lab down --state-dir {options.state_dir}`",
-                component="lab",
+                record=previous,
             )
         say("cleaning up a lab that did not stop cleanly")
         _teardown(layout, previous)

@@ -53,3 +53,159 @@ def test_the_command_after_the_image_keeps_its_own_flags() -> None:
         ["echo", "-n", "hi"],
         None,
     )
+
+
+def test_a_multi_line_error_prints_real_lines_ending_in_a_newline() -> None:
+    from vslice.commands.options import error_text
+
+    text = error_text("request", "1 GPU does not fit:\nnode-a: no\tmemory\nnode-b: no slots")
+    assert text == (
+        "vslice request: 1 GPU does not fit:\n  node-a: no\\tmemory\n  node-b: no slots\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "usage", "unknown"),
+    [
+        (["top", "--nodee", "x"], "usage: vslice top ", "--nodee x"),
+        (["request", "--memroy", "1Gi", "busybox"], "usage: vslice request ", "--memroy"),
+        (["lab", "up", "--exampel"], "usage: vslice lab up ", "--exampel"),
+        (["delete", "x", "--force"], "usage: vslice delete ", "--force"),
+    ],
+)
+def test_an_unknown_option_prints_the_usage_of_its_subcommand(
+    argv: list[str], usage: str, unknown: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and err.startswith(usage)
+    assert err.endswith(f"error: unrecognized arguments: {unknown}\n")
+
+
+def test_a_closed_pipe_ends_the_command_quietly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import io
+    import os
+
+    class ClosedPipe(io.StringIO):
+        def __init__(self, fd: int) -> None:
+            super().__init__()
+            self._fd = fd
+
+        def fileno(self) -> int:
+            return self._fd
+
+        def flush(self) -> None:
+            raise BrokenPipeError(32, "Broken pipe")
+
+    sink = os.open(tmp_path / "out", os.O_WRONLY | os.O_CREAT)
+    monkeypatch.setattr("sys.stdout", ClosedPipe(sink))
+    root = Path(__file__).resolve().parents[2]
+    examples = root / "docs" / "examples"
+    assert main(["plan", str(examples / "cluster.yaml"), str(examples / "pod.yaml")]) == 141
+    os.close(sink)
+    assert capsys.readouterr().err == ""
+
+
+def test_an_unreachable_api_server_is_one_line_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed again: nothing listens there
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        f"clusters: [{{name: k, cluster: {{server: 'https://127.0.0.1:{port}', "
+        "insecure-skip-tls-verify: true}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+    )
+    assert main(["top", "--kubeconfig", str(kubeconfig)]) == 1
+    err = capsys.readouterr().err
+    assert err == (
+        f"vslice top: list nodes: cannot reach the API server at https://127.0.0.1:{port} "
+        "(connection refused); is it running? (for the local lab: `vslice lab status`)\n"
+    )
+
+
+def test_request_without_memory_says_the_pod_takes_whole_gpus(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["request", "--gpus", "2", "busybox"]) == 1  # no cluster configured
+    first = capsys.readouterr().err.splitlines()[0]
+    assert first == (
+        "vslice request: no --memory given: the pod gets 2 whole GPUs exclusively; "
+        "give --memory 10Gi (or 30%) for a slice"
+    )
+
+
+def test_request_with_cores_but_no_memory_gets_all_the_memory(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["request", "--cores", "30", "busybox"]) == 1
+    assert "the pod gets all the memory of 1 GPU;" in capsys.readouterr().err
+
+
+def test_request_with_memory_adds_no_note(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["request", "--memory", "1Gi", "busybox"]) == 1
+    assert "no --memory" not in capsys.readouterr().err
+
+
+def test_delete_refuses_a_name_that_cannot_be_a_pod(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["delete", "My_Pod"]) == 2
+    assert capsys.readouterr().err.startswith("vslice delete: name must be a DNS label")
+
+
+def test_the_example_command_is_quoted_for_pasting(monkeypatch: pytest.MonkeyPatch) -> None:
+    from vslice.commands import lab
+
+    monkeypatch.setattr(lab, "vslice_program", lambda: ["/opt/my env/bin/vslice"])
+    line = lab.shell_command(["request", "--kubeconfig", "/tmp/lab (1)/kubeconfig", "img"])
+    assert line == "'/opt/my env/bin/vslice' request --kubeconfig '/tmp/lab (1)/kubeconfig' img"
+    assert lab.export_line(Path("/tmp/lab (1)/kubeconfig")) == (
+        "export KUBECONFIG='/tmp/lab (1)/kubeconfig'"
+    )
+
+
+def test_the_example_runs_the_same_vslice_when_it_is_not_on_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    from vslice.commands import lab
+
+    entry = tmp_path / "bin" / "vslice"
+    entry.parent.mkdir()
+    entry.write_text("#!/bin/sh\n")
+    monkeypatch.setattr(sys, "argv", [str(entry), "lab", "up"])
+    monkeypatch.setenv("PATH", str(tmp_path / "elsewhere"))
+    assert lab.vslice_program() == [str(entry.resolve())]
+    monkeypatch.setenv("PATH", str(entry.parent))
+    entry.chmod(0o755)
+    assert lab.vslice_program() == ["vslice"]
+    monkeypatch.setattr(sys, "argv", ["-c"])
+    assert lab.vslice_program() == [sys.executable, "-m", "vslice.cli"]
+
+
+def test_lab_up_on_a_running_lab_prints_its_export_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from vslice_lab import lab as lab_module
+    from vslice_lab.layout import Layout
+    from vslice_lab.state import LabRecord
+
+    running = LabRecord(version="v1", ports={"kube-apiserver": 6443})
+
+    def already_running(options: lab_module.LabOptions) -> LabRecord:
+        raise lab_module.LabAlreadyRunning("a lab is already running", record=running)
+
+    monkeypatch.setattr(lab_module, "up", already_running)
+    assert main(["lab", "up", "--state-dir", str(tmp_path), "--no-services"]) == 0
+    out, err = capsys.readouterr()
+    assert out == f"export KUBECONFIG={Layout.at(tmp_path).kubeconfig}\n"
+    assert "a lab is already running in" in err and "https://127.0.0.1:6443" in err

@@ -3,19 +3,25 @@ real GPU node (a kubelet and containerd, the fake driver standing in for the GPU
 machine.
 
 ``up`` prints progress on stderr and one line on stdout, ``export KUBECONFIG=...``, so
-``eval "$(vslice lab up)"`` points kubectl and the SDK at the lab. Exit status: 0 on success,
-1 when a component fails (the message names it and its log), 2 on invalid input (a bad
-inventory file, say).
+``eval "$(vslice lab up)"`` points kubectl and the SDK at the lab; on a lab that already runs,
+``up`` prints that lab's export line and says so on stderr. Exit status: 0 on success (or a
+lab already running), 1 when a component fails (the message names it and its log), 2 on
+invalid input (a bad inventory file, say). Commands it suggests are quoted for pasting.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import shlex
+import shutil
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from vslice_core.errors import InvalidRequest, VsliceError
+
+from vslice.commands.options import error_text
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,6 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ("import-image", "import an OCI image archive into the lab's real node(s)"),
     ):
         sub = actions.add_parser(name, help=help_text, description=help_text)
+        sub.set_defaults(usage_parser=sub)
         sub.add_argument(
             "--state-dir",
             type=Path,
@@ -91,10 +98,10 @@ def run(args: argparse.Namespace) -> int:
             return _import_image(args)
         return _status(args)
     except InvalidRequest as error:
-        print(f"vslice lab {args.action}: {error}", file=sys.stderr)
+        sys.stderr.write(error_text(f"lab {args.action}", error))
         return 2
     except (VsliceError, binaries.BinaryError) as error:
-        print(f"vslice lab {args.action}: {error}", file=sys.stderr)
+        sys.stderr.write(error_text(f"lab {args.action}", error))
         return 1
 
 
@@ -102,8 +109,25 @@ def _progress(message: str) -> None:
     print(f"vslice lab: {message}", file=sys.stderr, flush=True)
 
 
+def vslice_program() -> list[str]:
+    """How to run this same ``vslice`` from a shell: ``vslice`` when that is what PATH finds,
+    else the absolute path of the running entry point, else ``python -m vslice.cli``."""
+    running = Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else None
+    on_path = shutil.which("vslice")
+    if running is not None and on_path is not None and Path(on_path).resolve() == running:
+        return ["vslice"]
+    if running is not None and running.name == "vslice" and running.is_file():
+        return [str(running)]
+    return [sys.executable, "-m", "vslice.cli"]
+
+
+def shell_command(argv: Sequence[str]) -> str:
+    """``vslice ARGV...`` as a line that can be pasted into a shell (every word quoted)."""
+    return shlex.join([*vslice_program(), *argv])
+
+
 def _up(args: argparse.Namespace) -> int:
-    from vslice_lab.lab import LabOptions, services_installed, up
+    from vslice_lab.lab import LabAlreadyRunning, LabOptions, services_installed, up
     from vslice_lab.layout import Layout
 
     services = False if args.no_services else None
@@ -118,19 +142,33 @@ def _up(args: argparse.Namespace) -> int:
         progress=_progress,
         real_nodes=not args.simulated_only,
     )
-    record = up(options)
     layout = Layout.at(args.state_dir)
-    simulated = len(record.nodes) - len(record.real_nodes)
-    real = ", ".join(record.real_nodes) or "none"
-    _progress(
-        f"up: API server {record.server}, {simulated} simulated node(s), real node(s): {real}; "
-        f"logs in {layout.logs}; stop with `vslice lab down --state-dir {args.state_dir}`"
-    )
-    print(f"export KUBECONFIG={layout.kubeconfig}", flush=True)
+    stop = shell_command(["lab", "down", "--state-dir", str(args.state_dir)])
+    try:
+        record = up(options)
+    except LabAlreadyRunning as running:
+        record = running.record
+        _progress(
+            f"a lab is already running in {layout.root} (API server {record.server}); "
+            f"using it as it is (stop it with `{stop}`)"
+        )
+    else:
+        simulated = len(record.nodes) - len(record.real_nodes)
+        real = ", ".join(record.real_nodes) or "none"
+        _progress(
+            f"up: API server {record.server}, {simulated} simulated node(s), real node(s): "
+            f"{real}; logs in {layout.logs}; stop with `{stop}`"
+        )
+    print(export_line(layout.kubeconfig), flush=True)
     if args.example:
         uuids = real_node_gpus(record.inventory, record.real_nodes)
         return _example(layout.kubeconfig, uuids, services=bool(record.extender_url))
     return 0
+
+
+def export_line(kubeconfig: Path) -> str:
+    """The line ``eval "$(vslice lab up)"`` runs: an absolute, quoted KUBECONFIG."""
+    return f"export KUBECONFIG={shlex.quote(str(kubeconfig))}"
 
 
 EXAMPLE_REQUEST = ["--name", "example-slice", "--memory", "4Gi", "--cores", "30"]
@@ -167,7 +205,7 @@ def _example(kubeconfig: Path, real_gpus: list[str], *, services: bool) -> int:
         _progress("--example needs the vslice extender and webhook, which are not running")
         return 1
     argv = example_argv(kubeconfig, real_gpus)
-    _progress("example: vslice " + " ".join(argv))
+    _progress("example: " + shell_command(argv))
     with contextlib.redirect_stdout(sys.stderr):
         return main(argv)
 

@@ -32,7 +32,16 @@ def connect(args: argparse.Namespace, namespace: str | None = None) -> Client:
     return Client(args.kubeconfig, namespace=namespace)
 
 
+def error_text(command: str, message: object) -> str:
+    """``vslice COMMAND: message`` with each line of the message on a line of its own (the
+    later ones indented), unprintable characters escaped, ending in a newline."""
+    first, *rest = str(message).splitlines() or [""]
+    lines = [f"vslice {command}: {one_line(first)}", *(f"  {one_line(line)}" for line in rest)]
+    return "\n".join(lines) + "\n"
+
+
 def fail(command: str, exc: VsliceError) -> int:
     """Print the error (never a traceback) and return the exit status it deserves."""
-    print(f"vslice {command}: {one_line(exc)}", file=sys.stderr)
+    sys.stderr.write(error_text(command, exc))
+    sys.stderr.flush()
     return EXIT_INVALID if isinstance(exc, InvalidRequest) else EXIT_FAILED

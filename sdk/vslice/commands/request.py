@@ -8,6 +8,7 @@ command and its arguments.
 The slice is checked before anything is created: a bad value or an unknown GPU type
 exits 2 naming the field, a slice that cannot fit now exits 1 with the reasons per node
 (``--queue`` creates it anyway and waits). On success it prints where the pod landed.
+Without ``--memory`` the pod takes its GPU(s) whole and alone; a note on stderr says so.
 """
 
 from __future__ import annotations
@@ -82,6 +83,22 @@ def _slice(args: argparse.Namespace) -> Slice:
     )
 
 
+def whole_gpu_note(wanted: Slice) -> str | None:
+    """What stderr says when no ``--memory`` is given: the pod gets whole GPUs (alone when no
+    ``--cores`` is given either, the design's exclusive rule)."""
+    if wanted.memory_mib is not None or wanted.memory_percent is not None:
+        return None
+    one = wanted.gpus == 1
+    if wanted.exclusive:
+        gets = "1 whole GPU exclusively" if one else f"{wanted.gpus} whole GPUs exclusively"
+    else:
+        gets = "all the memory of " + ("1 GPU" if one else f"each of {wanted.gpus} GPUs")
+    return (
+        f"vslice request: no --memory given: the pod gets {gets}; "
+        "give --memory 10Gi (or 30%) for a slice"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     command = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
     try:
@@ -89,6 +106,9 @@ def run(args: argparse.Namespace) -> int:
         check_timeout(args.timeout)  # refused before anything is created
         if args.name is not None:
             check_name(args.name)
+        note = whole_gpu_note(wanted)
+        if note:
+            print(note, file=sys.stderr, flush=True)
         with connect(args, args.namespace) as client:
             if args.dry_run:
                 plan = client.plan(wanted)
