@@ -3,7 +3,9 @@
 Built from the raw Node and Pod objects (as the API sends them), with the core's codecs
 and ledger, so ``client.gpus()``, ``client.allocations()`` and ``client.plan()`` count usage
 exactly as the extender does. A malformed annotation never breaks the view: the node or
-pod is left out and the reason is kept in :attr:`ClusterSnapshot.problems`.
+pod is left out and the reason is kept in :attr:`ClusterSnapshot.problems`. Pods that ask
+for vslice resources but are not placed yet are kept in :attr:`ClusterSnapshot.pending`, so
+``decide`` can say why each one waits.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vslice_core.annotations import ALLOCATION, NODE_GPUS, decode_allocation, decode_node_gpus
-from vslice_core.errors import DecodeError
+from vslice_core.errors import DecodeError, InvalidRequest
 from vslice_core.ledger import Ledger, charges
 from vslice_core.model import Allocation, Decision, Gpu, GpuUsage, NodeInventory, PodRequest
+from vslice_core.requests import pod_request, uses_gpus
 
 from vslice.tables import AllocationRow, AllocationTable, GpuRow, GpuTable
 
@@ -37,6 +40,32 @@ class PodAllocation:
         return f"{self.namespace}/{self.name}"
 
 
+@dataclass(frozen=True)
+class PendingPod:
+    """A pod that asks for vslice resources and is not placed yet (no node, no allocation)."""
+
+    namespace: str
+    name: str
+    request: PodRequest
+
+    @property
+    def holder(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def internal_ip(node: Mapping[str, Any]) -> str:
+    """The Node's InternalIP from ``status.addresses`` (empty when it reports none)."""
+    addresses = (node.get("status") or {}).get("addresses") or []
+    return next(
+        (
+            str(a.get("address") or "")
+            for a in addresses
+            if isinstance(a, Mapping) and a.get("type") == "InternalIP"
+        ),
+        "",
+    )
+
+
 @dataclass
 class ClusterSnapshot:
     """Nodes with vslice GPUs and the live pods holding slices of them."""
@@ -44,6 +73,9 @@ class ClusterSnapshot:
     inventories: dict[str, NodeInventory] = field(default_factory=dict)
     pods: list[PodAllocation] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    pending: list[PendingPod] = field(default_factory=list)
+    addresses: dict[str, str] = field(default_factory=dict)
+    """Node name -> InternalIP, for the nodes with vslice GPUs."""
     _ledger: Ledger | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
@@ -56,6 +88,7 @@ class ClusterSnapshot:
         for pod in pods:
             snapshot._add_pod(pod)
         snapshot.pods.sort(key=lambda p: (p.namespace, p.name))
+        snapshot.pending.sort(key=lambda p: (p.namespace, p.name))
         return snapshot
 
     def _add_node(self, node: Mapping[str, Any]) -> None:
@@ -68,11 +101,15 @@ class ClusterSnapshot:
             self.inventories[name] = decode_node_gpus(value, name)
         except DecodeError as exc:
             self.problems.append(f"node {name}: {exc}")
+            return
+        self.addresses[name] = internal_ip(node)
 
     def _add_pod(self, pod: Mapping[str, Any]) -> None:
         metadata = pod.get("metadata") or {}
         value = (metadata.get("annotations") or {}).get(ALLOCATION)
         phase = str((pod.get("status") or {}).get("phase") or "")
+        if value is None and phase == "Pending" and not (pod.get("spec") or {}).get("nodeName"):
+            self._add_pending(pod)
         if value is None or phase in FINISHED_PHASES:
             return
         namespace = str(metadata.get("namespace", "default"))
@@ -84,6 +121,20 @@ class ClusterSnapshot:
             return
         uid = str(metadata.get("uid") or f"{namespace}/{name}")
         self.pods.append(PodAllocation(namespace, name, uid, phase, allocation))
+
+    def _add_pending(self, pod: Mapping[str, Any]) -> None:
+        if not uses_gpus(pod):
+            return
+        metadata = pod.get("metadata") or {}
+        namespace = str(metadata.get("namespace", "default"))
+        name = str(metadata.get("name", ""))
+        try:
+            request = pod_request(pod)
+        except InvalidRequest as exc:
+            self.problems.append(f"pod {namespace}/{name}: {exc}")
+            return
+        if request.containers:
+            self.pending.append(PendingPod(namespace, name, request))
 
     # --- what the views need ------------------------------------------------------------
 
@@ -100,8 +151,9 @@ class ClusterSnapshot:
         return self._ledger
 
     def decide(self, request: PodRequest) -> Decision:
-        """The engine's answer with every node's verdict (``explain=True``)."""
-        return self.ledger().decide(request, explain=True)
+        """The engine's answer with every node's verdict and numbers (``explain=True``) and,
+        when nothing fits, the changed requests that would (``suggest=True``)."""
+        return self.ledger().decide(request, explain=True, suggest=True)
 
     def usage(self) -> dict[tuple[str, str], GpuUsage]:
         """(node, GPU UUID) -> what live allocations take, counted by the core's ``charges``
@@ -151,6 +203,7 @@ class ClusterSnapshot:
                         healthy=gpu.healthy,
                         cordoned=gpu.cordoned,
                         pods=tuple(holders.get((name, gpu.uuid), ())),
+                        address=self.addresses.get(name, ""),
                     )
                 )
         return GpuTable(rows)

@@ -36,6 +36,8 @@ class GpuRow:
     healthy: bool = True
     cordoned: bool = False
     pods: tuple[str, ...] = ()
+    address: str = ""
+    """The node's InternalIP (empty when the Node does not report one)."""
 
     @property
     def memory_free_mib(self) -> int:

@@ -400,3 +400,12 @@ def placement_html(placement: Placement) -> str:
     ]
     body = table(["container", "GPU", "model", "memory", "cores"], rows, {3, 4})
     return wrap(header + body, placement_text(placement))
+
+
+# --- Amounts for terminal tables -------------------------------------------------------
+
+
+def gib(mib: int) -> str:
+    """MiB as GiB with one decimal and no unit, for columns headed ``(GiB)``: ``12288`` ->
+    ``12.0``, ``512`` -> ``0.5``."""
+    return f"{mib / 1024:.1f}"

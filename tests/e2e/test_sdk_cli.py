@@ -75,18 +75,21 @@ def test_top_and_allocations_show_the_requested_slice(lab: LabHandle, namespace:
     top = vslice_cli(lab, "top", "--node", "lab-t4")
     assert top.returncode == 0, top.stderr
     lines = top.stdout.splitlines()
-    assert lines[0].split()[:7] == [
+    assert lines[0].split() == [
         "NODE",
+        "ADDRESS",
         "GPU",
         "MODEL",
         "STATE",
         "SLOTS",
-        "MEMORY(MiB)",
+        "MEMORY(GiB)",
         "CORES(%)",
+        "PODS",
     ]
     holder = [line for line in lines if f"{namespace}/held" in line]
     assert len(holder) == 1 and holder[0].split()[0] == "lab-t4"
-    assert lines[-1].startswith("Allocated/total in cluster (1 nodes, 4 GPUs)")
+    assert "7.0/15.0" in holder[0]
+    assert lines[-1].startswith("node lab-t4 (4 GPUs): memory 7.0/60.0 GiB")
 
     listed = vslice_cli(lab, "allocations", "-n", namespace, "--json")
     assert listed.returncode == 0, listed.stderr
@@ -131,3 +134,56 @@ def test_dry_run_prints_the_plan_and_creates_nothing(lab: LabHandle, namespace: 
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[0] == "1 GPU, 1 GiB, type H100: fits on lab-h100"
     assert lab.core.list_namespaced_pod(namespace).items == []
+
+
+def test_top_lists_a_queued_pod_that_cannot_fit_with_its_reason(
+    lab: LabHandle, namespace: str
+) -> None:
+    queued = request(
+        lab,
+        "-n",
+        namespace,
+        "--memory",
+        "90Gi",
+        "--queue",
+        "--wait",
+        "none",
+        "--name",
+        "big",
+        IMAGE,
+    )
+    assert queued.returncode == 0, queued.stderr
+    top = vslice_cli(lab, "top")
+    assert top.returncode == 0, top.stderr
+    (line,) = [line for line in top.stdout.splitlines() if line.startswith(f"{namespace}/big ")]
+    assert "does not fit: asks 90 GiB per GPU; the largest GPU here has 80" in line
+    assert "waiting for a slice" in top.stdout.splitlines()[-1]
+
+
+def test_delete_gives_the_slice_back_and_says_when_nothing_is_there(
+    lab: LabHandle, namespace: str
+) -> None:
+    for flags in ([], ["--job"]):
+        created = request(
+            lab,
+            "-n",
+            namespace,
+            "--memory",
+            "1Gi",
+            "--wait",
+            "none",
+            "--name",
+            "gone",
+            *flags,
+            IMAGE,
+        )
+        assert created.returncode == 0, created.stderr
+        deleted = vslice_cli(lab, "delete", "-n", namespace, "gone")
+        kind = "job" if flags else "pod"
+        assert deleted.returncode == 0, deleted.stderr
+        assert deleted.stdout.startswith(f"deleted {kind} {namespace}/gone")
+    missing = vslice_cli(lab, "delete", "-n", namespace, "never-was")
+    assert missing.returncode == 1
+    assert missing.stderr.startswith(
+        f"vslice delete: no Job or pod named 'never-was' in namespace '{namespace}'"
+    )

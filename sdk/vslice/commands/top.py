@@ -1,43 +1,254 @@
-"""``vslice top``: per node and per GPU, slots, memory and cores allocated of the total,
-the pods holding each GPU, and the cluster's totals (read from the live cluster)."""
+"""``vslice top``: per node and per GPU, slots, memory (GiB) and cores allocated of the total,
+the node's address and the pods holding each GPU; then the pods waiting for a slice with the
+reason each one waits, and a footer saying what the totals cover (the cluster, or the nodes
+chosen with ``--node``). ``--watch`` redraws until Ctrl-C.
+
+Everything shown is built by the pure functions below from one snapshot; ``run`` only reads
+the cluster and writes.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from vslice_core.model import Decision, PodRequest
+from vslice_core.whynot import describe_request, explain
 
 from vslice.commands.options import EXIT_OK, add_connection_arguments, connect, fail
-from vslice.errors import VsliceError
-from vslice.tables import GpuTable
+from vslice.errors import InvalidRequest, VsliceError
+from vslice.snapshot import ClusterSnapshot
+from vslice.tables import GpuRow, GpuTable
+from vslice.views import by_node, gib, percent, text_table
+
+DEFAULT_WATCH_S = 2.0
+CLEAR_SCREEN = "\x1b[H\x1b[2J"
+HEADERS = ["NODE", "ADDRESS", "GPU", "MODEL", "STATE", "SLOTS", "MEMORY(GiB)", "CORES(%)", "PODS"]
+
+
+def watch_seconds(value: str) -> float:
+    """``--watch``'s interval: a number of seconds > 0."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = float("nan")
+    if not seconds > 0 or seconds == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {value!r}")
+    return seconds
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_connection_arguments(parser)
     parser.add_argument("--node", action="append", help="only this node (repeatable)")
     parser.add_argument("--json", action="store_true", help="one JSON object per GPU, as a list")
+    parser.add_argument(
+        "--watch",
+        nargs="?",
+        const=DEFAULT_WATCH_S,
+        type=watch_seconds,
+        metavar="SECONDS",
+        help=f"redraw every SECONDS (default {DEFAULT_WATCH_S:g}) until Ctrl-C",
+    )
+
+
+# --- pure: what is shown ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PendingLine:
+    """A pod waiting for a slice: who, what it asks, and why it does not fit now."""
+
+    pod: str
+    asks: str
+    why: str
+
+
+def why_not(decision: Decision, request: PodRequest) -> str:
+    """The one-line cause, with numbers, of a decision (the engine's own wording)."""
+    return explain(decision, request).one_line()
+
+
+def pending_lines(snapshot: ClusterSnapshot) -> list[PendingLine]:
+    return [
+        PendingLine(
+            pod=pending.holder,
+            asks=describe_request(pending.request),
+            why=why_not(snapshot.decide(pending.request), pending.request),
+        )
+        for pending in snapshot.pending
+    ]
+
+
+def select_nodes(gpus: GpuTable, nodes: Sequence[str] | None) -> GpuTable:
+    """Only the GPUs of ``nodes`` (all when None); a node without vslice GPUs is an error
+    that lists the nodes that have them."""
+    if not nodes:
+        return gpus
+    known = gpus.nodes()
+    for node in nodes:
+        if node not in known:
+            raise InvalidRequest(
+                f"--node {node!r} has no vslice GPUs; nodes with vslice GPUs: "
+                f"{', '.join(known) or 'none'}",
+                field="node",
+                value=node,
+            )
+    return GpuTable(row for row in gpus if row.node in nodes)
+
+
+def plural(count: int, word: str) -> str:
+    return f"{count} {word}" + ("" if count == 1 else "s")
+
+
+def memory_cell(used_mib: int, total_mib: int) -> str:
+    return f"{gib(used_mib)}/{gib(total_mib)}"
+
+
+def state(row: GpuRow) -> str:
+    if row.overbooked:
+        return "OVERBOOKED"
+    if not row.healthy:
+        return "unhealthy"
+    return "cordoned" if row.cordoned else "ok"
+
+
+def gpu_cells(row: GpuRow) -> list[str]:
+    return [
+        row.node,
+        row.address or "-",
+        str(row.index),
+        row.model,
+        state(row),
+        f"{row.slots_used}/{row.slots}",
+        memory_cell(row.memory_used_mib, row.memory_mib),
+        f"{row.cores_used}/{row.cores}",
+        ",".join(row.pods) or "-",
+    ]
+
+
+def node_cells(node: str, rows: Sequence[GpuRow]) -> list[str]:
+    """The node's subtotal, under its GPUs (GPU column ``all``)."""
+    pods = len({pod for r in rows for pod in r.pods})
+    return [
+        node,
+        rows[0].address or "-",
+        "all",
+        plural(len(rows), "GPU"),
+        "",
+        f"{sum(r.slots_used for r in rows)}/{sum(r.slots for r in rows)}",
+        memory_cell(sum(r.memory_used_mib for r in rows), sum(r.memory_mib for r in rows)),
+        f"{sum(r.cores_used for r in rows)}/{sum(r.cores for r in rows)}",
+        plural(pods, "pod"),
+    ]
+
+
+def scope(gpus: GpuTable, nodes: Sequence[str] | None) -> str:
+    """What the footer's totals cover: the cluster, or the nodes asked for."""
+    count = plural(len(gpus), "GPU")
+    if not nodes:
+        return f"cluster ({plural(len(gpus.nodes()), 'node')}, {count})"
+    chosen = gpus.nodes()
+    word = "node" if len(chosen) == 1 else "nodes"
+    return f"{word} {', '.join(chosen)} ({count})"
+
+
+def footer(gpus: GpuTable, nodes: Sequence[str] | None, pending: int = 0) -> str:
+    """``cluster (3 nodes, 10 GPUs): memory 52.0/400.0 GiB (13%), cores ... allocated``."""
+    used = sum(r.memory_used_mib for r in gpus)
+    memory = sum(r.memory_mib for r in gpus)
+    cores_used = sum(r.cores_used for r in gpus)
+    cores = sum(r.cores for r in gpus)
+    text = (
+        f"{scope(gpus, nodes)}: memory {memory_cell(used, memory)} GiB "
+        f"({percent(used, memory)}%), cores {cores_used}/{cores}% ({percent(cores_used, cores)}%), "
+        f"slots {sum(r.slots_used for r in gpus)}/{sum(r.slots for r in gpus)} allocated"
+    )
+    if pending:
+        where = " in the cluster" if nodes else ""
+        text += f"; {plural(pending, 'pod')} waiting for a slice{where}"
+    return text
+
+
+def pending_text(pending: Sequence[PendingLine]) -> str:
+    rows = [[p.pod, p.asks, p.why] for p in pending]
+    return f"PENDING ({len(pending)} waiting for a slice)\n" + text_table(
+        ["POD", "ASKS", "WHY NOT"], rows
+    )
+
+
+def render(
+    gpus: GpuTable, pending: Sequence[PendingLine] = (), nodes: Sequence[str] | None = None
+) -> str:
+    """The whole text of ``vslice top`` (without a final newline)."""
+    if not len(gpus):
+        table = "No node advertises vslice GPUs" + (" among the chosen nodes." if nodes else ".")
+    else:
+        lines: list[list[str]] = []
+        for node, rows in by_node(gpus).items():
+            lines.extend(gpu_cells(r) for r in rows)
+            lines.append(node_cells(node, rows))
+        table = text_table(HEADERS, lines)
+    parts = [table]
+    if pending:
+        parts.append("\n" + pending_text(pending))
+    end = footer(gpus, nodes, len(pending))
+    parts.append("-" * min(len(end), 100) + "\n" + end)
+    return "\n".join(parts)
+
+
+def warnings(snapshot: ClusterSnapshot, gpus: GpuTable) -> list[str]:
+    """Unreadable annotations and over-booked GPUs, with their numbers."""
+    found = [f"warning: {problem}" for problem in snapshot.problems]
+    found += [
+        f"warning: GPU {row.index} of {row.node} is over-booked (memory "
+        f"{memory_cell(row.memory_used_mib, row.memory_mib)} GiB, cores "
+        f"{row.cores_used}/{row.cores}, slots {row.slots_used}/{row.slots}): an allocation "
+        f"vslice did not make is counted there; nothing more is placed on it until that pod "
+        f"is gone (pods: {', '.join(row.pods) or '-'})"
+        for row in gpus
+        if row.overbooked
+    ]
+    return found
+
+
+def frame(snapshot: ClusterSnapshot, nodes: Sequence[str] | None, as_json: bool) -> str:
+    """What one look at the cluster prints on stdout."""
+    gpus = select_nodes(snapshot.gpus(), nodes)
+    if as_json:
+        return json.dumps(gpus.records(), indent=2)
+    return render(gpus, pending_lines(snapshot), nodes)
+
+
+# --- I/O ---------------------------------------------------------------------------------
+
+
+def _show(snapshot: ClusterSnapshot, args: argparse.Namespace, clear: bool) -> None:
+    text = frame(snapshot, args.node, args.json)
+    if clear:
+        stamp = time.strftime("%H:%M:%S")
+        sys.stdout.write(f"{CLEAR_SCREEN}every {args.watch:g}s, {stamp} (Ctrl-C stops)\n\n")
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+    for line in warnings(snapshot, select_nodes(snapshot.gpus(), args.node)):
+        print(line, file=sys.stderr)
 
 
 def run(args: argparse.Namespace) -> int:
+    clear = args.watch is not None and sys.stdout.isatty()
     try:
         with connect(args) as client:
-            snapshot = client.snapshot()
+            _show(client.snapshot(), args, clear)
+            while args.watch is not None:
+                time.sleep(args.watch)
+                if not clear:
+                    sys.stdout.write("\n")
+                _show(client.snapshot(), args, clear)
+    except KeyboardInterrupt:
+        return EXIT_OK
     except VsliceError as exc:
         return fail("top", exc)
-    gpus = snapshot.gpus()
-    if args.node:
-        gpus = GpuTable(row for row in gpus if row.node in args.node)
-    print(json.dumps(gpus.records(), indent=2) if args.json else str(gpus))
-    for problem in snapshot.problems:
-        print(f"warning: {problem}", file=sys.stderr)
-    for row in gpus:
-        if row.overbooked:
-            print(
-                f"warning: GPU {row.index} of {row.node} is over-booked (memory "
-                f"{row.memory_used_mib}/{row.memory_mib} MiB, cores {row.cores_used}/{row.cores}, "
-                f"slots {row.slots_used}/{row.slots}): an allocation vslice did not make is "
-                f"counted there; nothing more is placed on it until that pod is gone "
-                f"(pods: {', '.join(row.pods) or '-'})",
-                file=sys.stderr,
-            )
     return EXIT_OK
