@@ -157,3 +157,38 @@ def test_allocations_footer_names_the_namespace(cluster: ClusterSnapshot) -> Non
     assert allocations.render(cluster.allocations("nobody"), "nobody") == (
         "No pod in namespace nobody holds a GPU slice."
     )
+
+
+@pytest.mark.parametrize("tty", [False, True])
+def test_watch_redraws_until_ctrl_c_and_then_exits_0(
+    tty: bool,
+    cluster: ClusterSnapshot,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    class Client:
+        def __enter__(self) -> Client:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+        def snapshot(self) -> ClusterSnapshot:
+            return cluster
+
+    pauses: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        pauses.append(seconds)
+        if len(pauses) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(top, "connect", lambda args: Client())
+    monkeypatch.setattr(top.time, "sleep", sleep)
+    monkeypatch.setattr(top.sys.stdout, "isatty", lambda: tty)
+    args = argparse.Namespace(kubeconfig=None, node=None, json=False, watch=0.5)
+    assert top.run(args) == 0
+    out = capsys.readouterr().out
+    assert pauses == [0.5, 0.5] and out.count("PENDING (1 waiting") == 2
+    # Only a terminal is cleared between frames; a file or pipe gets them one after another.
+    assert out.count(top.CLEAR_SCREEN) == (2 if tty else 0)
