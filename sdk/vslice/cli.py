@@ -26,7 +26,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("vslice.commands.plan", "what-if placement: would this pod fit, where, and why not"),
     "request": ("vslice.commands.request", "submit a sliced pod from the shell and wait for it"),
     "serve": ("vslice.commands.serve", "run a vslice service (scheduler, webhook, ...)"),
-    "top": ("vslice.commands.top", "per node and GPU: slots, memory and cores in use"),
+    "top": (
+        "vslice.commands.top",
+        "per node and GPU: slots, memory and cores in use; the pods waiting for a slice",
+    ),
 }
 
 
