@@ -14,7 +14,7 @@ from kubernetes import client as k8s
 
 from vslice_kube.apierrors import translated
 
-__all__ = ["bind_pod", "read_pod"]
+__all__ = ["bind_pod", "list_bound_pods", "read_pod"]
 
 REQUEST_TIMEOUT_S = 10.0
 
@@ -35,6 +35,8 @@ def bind_pod(
     uid: str,
     node: str,
     annotations: dict[str, str] | None = None,
+    *,
+    timeout_s: float = REQUEST_TIMEOUT_S,
 ) -> None:
     """Create the pod's Binding to ``node``, setting ``annotations`` on the pod in the same
     write (the API server copies a Binding's annotations onto the pod). The uid makes a
@@ -51,5 +53,16 @@ def bind_pod(
     with translated(f"bind pod {namespace}/{name} to {node}"):
         # The client's Binding model cannot parse the server's answer; leave it undecoded.
         api.create_namespaced_binding(
-            namespace, cast(Any, body), _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S
+            namespace, cast(Any, body), _preload_content=False, _request_timeout=timeout_s
         )
+
+
+def list_bound_pods(api: k8s.CoreV1Api) -> list[dict[str, Any]]:
+    """Every pod bound to a node, listed from the API server now (a quorum read)."""
+    with translated("list bound pods"):
+        response: Any = api.list_pod_for_all_namespaces(
+            field_selector="spec.nodeName!=",
+            _preload_content=False,
+            _request_timeout=(3.0, 60.0),
+        )
+    return list(json.loads(response.data).get("items") or [])

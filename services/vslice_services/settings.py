@@ -41,6 +41,12 @@ def parse_listen(value: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+# With leader election, a bind's write gets this long, and the holder stops binding this
+# much earlier than a standby may take over (bind timeout plus clock-rate slack).
+LEASE_BIND_TIMEOUT_SECONDS = 4.0
+LEASE_MARGIN_SECONDS = LEASE_BIND_TIMEOUT_SECONDS + 2.0
+
+
 class ServiceSettings(BaseSettings):
     """Settings every vslice service shares."""
 
@@ -134,6 +140,25 @@ class SchedulerSettings(ServiceSettings):
         description="How long a bind waits for another replica's node lock before failing "
         "(the scheduler then retries the pod).",
     )
+    leader_election: bool = Field(
+        default=False,
+        description="Only the replica holding the Lease lease_namespace/lease_name binds, "
+        "without node locks (one API write per bind); the others stand by (readyz 503) and "
+        "take over when it stops renewing. Off: every replica binds, under node locks.",
+    )
+    lease_namespace: str = Field(default="kube-system", min_length=1)
+    lease_name: str = Field(default="vslice-scheduler", min_length=1)
+    lease_seconds: float = Field(
+        default=15.0,
+        gt=8.0,
+        description="A holder that stopped renewing keeps the Lease this long; a standby "
+        "takes over after it (more than 8 s: the holder stops binding 6 s before).",
+    )
+    lease_renew_seconds: float = Field(
+        default=2.0,
+        gt=0,
+        description="How often the holder renews and a standby retries.",
+    )
     hold_ttl_seconds: float = Field(
         default=60.0,
         gt=0,
@@ -185,6 +210,12 @@ class SchedulerSettings(ServiceSettings):
             raise ValueError(
                 "tls_cert_file and tls_key_file go together, got "
                 f"tls_cert_file={self.tls_cert_file!r}, tls_key_file={self.tls_key_file!r}"
+            )
+        if self.lease_renew_seconds >= self.lease_seconds - LEASE_MARGIN_SECONDS:
+            raise ValueError(
+                f"lease_renew_seconds must be below lease_seconds - {LEASE_MARGIN_SECONDS:g} "
+                f"(the holder stops binding that early), got lease_renew_seconds="
+                f"{self.lease_renew_seconds:g} with lease_seconds={self.lease_seconds:g}"
             )
         return self
 

@@ -53,7 +53,9 @@ class ExtenderProcess:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 60.0) -> ExtenderProcess:
+    def start(self, timeout: float = 60.0, *, until: str = "ready") -> ExtenderProcess:
+        """Start and wait ``until`` "ready" (readyz 200) or "serving" (healthz 200: a
+        standby replica under leader election answers but is not ready)."""
         with self.log.open("ab") as sink:
             self.process = subprocess.Popen(
                 [
@@ -69,7 +71,7 @@ class ExtenderProcess:
                 stderr=sink,
             )
         deadline = time.monotonic() + timeout
-        while not self._ready():
+        while not self._ready("readyz" if until == "ready" else "healthz"):
             if self.process.poll() is not None or time.monotonic() > deadline:
                 raise AssertionError(
                     f"extender {self.name} did not get ready; log: {self.log.read_text()[-2000:]}"
@@ -110,9 +112,12 @@ class ExtenderProcess:
             text: str = response.read().decode()
             return text
 
-    def _ready(self) -> bool:
+    def ready(self) -> bool:
+        return self._ready("readyz")
+
+    def _ready(self, route: str = "readyz") -> bool:
         try:
-            with urllib.request.urlopen(f"{self.url}/readyz", timeout=2) as response:
+            with urllib.request.urlopen(f"{self.url}/{route}", timeout=2) as response:
                 return bool(response.status == 200)
         except (urllib.error.URLError, OSError):
             return False

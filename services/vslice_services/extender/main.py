@@ -22,14 +22,16 @@ from typing import Any, TypeVar
 
 from vslice_core.errors import InvalidRequest
 from vslice_core.ledger import Ledger
-from vslice_kube.binding import bind_pod, read_pod
+from vslice_kube.binding import bind_pod, list_bound_pods, read_pod
 from vslice_kube.coreapi import core_api
 from vslice_kube.events import EventRecorder, Subject
+from vslice_kube.lease import LeaderLease, LeaseTiming
 from vslice_kube.nodelock import Held, NodeLocker
 from vslice_kube.nodestate import NodeState
 from vslice_kube.watch import ListWatch
 
 from vslice_services.extender.feed import Holds, NodeFeed, PodFeed
+from vslice_services.extender.leadership import LeaderGate
 from vslice_services.extender.metrics import ExtenderMetrics
 from vslice_services.extender.protocol import (
     encode_priorities,
@@ -48,7 +50,12 @@ from vslice_services.httpserve import (
     run_until_signal,
 )
 from vslice_services.quota import QuotaBook
-from vslice_services.settings import SchedulerSettings, load_settings
+from vslice_services.settings import (
+    LEASE_BIND_TIMEOUT_SECONDS,
+    LEASE_MARGIN_SECONDS,
+    SchedulerSettings,
+    load_settings,
+)
 
 _Args = TypeVar("_Args")
 log = logging.getLogger("vslice.extender")
@@ -57,10 +64,11 @@ log = logging.getLogger("vslice.extender")
 class ApiCluster:
     """The :class:`~vslice_services.extender.verbs.Cluster` calls, over the API server."""
 
-    def __init__(self, api: Any, locker: NodeLocker) -> None:
+    def __init__(self, api: Any, locker: NodeLocker, bind_timeout_s: float = 10.0) -> None:
         self._api = api
         self._node_state = NodeState(api)
         self._locker = locker
+        self._bind_timeout = bind_timeout_s
 
     def read_pod(self, namespace: str, name: str) -> dict[str, Any]:
         return read_pod(self._api, namespace, name)
@@ -71,7 +79,7 @@ class ApiCluster:
     def bind_pod(
         self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]
     ) -> None:
-        bind_pod(self._api, namespace, name, uid, node, annotations)
+        bind_pod(self._api, namespace, name, uid, node, annotations, timeout_s=self._bind_timeout)
 
     def lock_node(self, node: str) -> Held:
         return self._locker.acquire(node)
@@ -137,6 +145,7 @@ def routes(
     metrics: ExtenderMetrics,
     ready: Callable[[], bool],
     nodes: NodeFeed | None = None,
+    standby: Callable[[], bool] | None = None,
 ) -> dict[tuple[str, str], Handler]:
     """The HTTP routes: thin wrappers that parse, call a verb, encode."""
     node_feed = nodes or NodeFeed(extender.ledger)
@@ -145,7 +154,13 @@ def routes(
         return Response(200, metrics.exposition(), "text/plain; version=0.0.4; charset=utf-8")
 
     def readyz(_: bytes) -> Response:
-        return Response.text("ok") if ready() else Response.text("loading", 503)
+        if not ready():
+            return Response.text("loading", 503)
+        if standby is not None and standby():
+            # With leader election only the active replica is ready, so a Service in
+            # front of the replicas sends the scheduler to the one that binds.
+            return Response.text("standby: another replica holds the lease", 503)
+        return Response.text("ok")
 
     return {
         ("POST", "/filter"): _verb("filter", parse_extender_args, extender.filter),
@@ -186,6 +201,29 @@ def _tls(settings: SchedulerSettings) -> tuple[ReloadingTlsContext | None, Clien
     return tls, ClientAuth(frozenset(settings.client_names), VERBS)
 
 
+def _leadership(
+    settings: SchedulerSettings, api: Any, pods: PodFeed
+) -> tuple[LeaderLease | None, LeaderGate | None]:
+    """The Lease and its gate when leader election is on; (None, None) for node locks."""
+    if not settings.leader_election:
+        return None, None
+    timing = LeaseTiming(
+        lease_seconds=settings.lease_seconds,
+        renew_seconds=settings.lease_renew_seconds,
+        margin_seconds=LEASE_MARGIN_SECONDS,
+    )
+    lease = LeaderLease.beside(
+        api, settings.lease_namespace, settings.lease_name, settings.identity, timing
+    )
+
+    def catch_up_all() -> None:
+        # Recorded exactly as the pod watch would (proofs checked, unreadable values block).
+        for pod in list_bound_pods(api):
+            pods.apply("MODIFIED", pod)
+
+    return lease, LeaderGate(lease, catch_up_all, settings.identity)
+
+
 def serve(config_path: str | None = None) -> int:
     settings = load_settings(SchedulerSettings, config_path)
     configure_logging("scheduler", settings.log_level)
@@ -221,25 +259,31 @@ def serve(config_path: str | None = None) -> int:
         ttl_seconds=settings.lock_ttl_seconds,
         wait_seconds=settings.lock_wait_seconds,
     )
+    lease, gates = _leadership(settings, api, pod_feed)
+    bind_timeout = LEASE_BIND_TIMEOUT_SECONDS if lease is not None else 10.0
     extender = Extender(
         ledger,
         holds,
-        ApiCluster(api, locker),
+        ApiCluster(api, locker, bind_timeout),
         metrics,
         names=settings.resources,
         synced=synced,
         proofs=proofs,
         pods=pod_feed,
         unknown_pod_grace=settings.unknown_pod_hold_seconds,
+        gates=gates,
     )
+    standby = None if lease is None else (lambda: not lease.active())
     service = HttpService(
         settings.listen_address,
-        routes(extender, metrics, synced, node_feed),
+        routes(extender, metrics, synced, node_feed, standby),
         tls=tls,
         client_auth=client_auth,
     )
     for watch in watches:
         watch.start()
+    if lease is not None:
+        lease.start()
     stop_sweeping = threading.Event()
     _sweeping(extender, stop_sweeping, min(1.0, settings.unknown_pod_hold_seconds / 2))
     log.info(
@@ -251,7 +295,10 @@ def serve(config_path: str | None = None) -> int:
             "https": tls is not None,
             "client_certificates": client_auth is not None,
             "allocation_proofs": proofs.enabled,
+            "leader_election": lease is not None,
         },
     )
     cleanups = [stop_sweeping.set, *(watch.stop for watch in watches), recorder.stop]
+    if lease is not None:
+        cleanups.insert(0, lease.stop)  # stop binding and give the Lease up first
     return run_until_signal([service], cleanups)

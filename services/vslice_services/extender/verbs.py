@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -47,6 +48,7 @@ from vslice_core.resources import ResourceNames
 from vslice_kube.nodelock import Held, LockBusy
 
 from vslice_services.extender.feed import Holds, PodFeed
+from vslice_services.extender.leadership import NotActive
 from vslice_services.extender.metrics import ExtenderMetrics
 from vslice_services.extender.nodegate import NodeGates
 from vslice_services.extender.protocol import (
@@ -82,6 +84,13 @@ class Cluster(Protocol):
     def unlock_node(self, held: Held) -> None: ...
 
 
+class Gates(Protocol):
+    """Who may bind to a node now: node locks (:class:`NodeGates`) or the Lease
+    (:class:`vslice_services.extender.leadership.LeaderGate`)."""
+
+    def entered(self, node: str, catch_up: Callable[[], None]) -> AbstractContextManager[None]: ...
+
+
 class BindFailed(Exception):
     """A bind that must be answered with an error (the scheduler then retries the pod)."""
 
@@ -103,6 +112,7 @@ class Extender:
         proofs: Proofs | None = None,
         pods: PodFeed | None = None,
         unknown_pod_grace: float = 5.0,
+        gates: Gates | None = None,
     ) -> None:
         """``pods``: the pod watch's handler, which says which pods exist (holds for others
         are dropped after ``unknown_pod_grace`` seconds) and records what a bind reads back
@@ -118,7 +128,9 @@ class Extender:
         self._feed = pods or PodFeed(ledger, holds, self._proofs)
         self._exists: Callable[[str], bool] = pods.exists if pods else (lambda _uid: True)
         self._grace = unknown_pod_grace
-        self._gates = NodeGates(cluster) if cluster is not None else None
+        # Without a Lease (gates=None), replicas bind side by side under node locks.
+        default: Gates | None = NodeGates(cluster) if cluster is not None else None
+        self._gates = gates or default
 
     # ----- filter ------------------------------------------------------------------------
     def filter(self, args: ExtenderArgs) -> dict[str, Any]:
@@ -242,6 +254,9 @@ class Extender:
                     return done
             with self._gates.entered(args.node, lambda: self._catch_up(args.node)):
                 return self._bind_locked(request, args)
+        except NotActive as exc:
+            self._forget(args.pod_uid)
+            raise BindFailed(str(exc), "not_active") from exc
         except LockBusy as exc:
             self._forget(args.pod_uid)
             raise BindFailed(str(exc), "lock_busy") from exc
