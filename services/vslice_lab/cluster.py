@@ -1,6 +1,7 @@
 """What the lab does through the API once the control plane answers: register the webhook and
-the state-annotation policy, label the GPU namespaces for Pod Security, create the simulated
-nodes and wait until kwok reports them Ready."""
+the state-annotation policy, install the ``vslice-viewer`` ClusterRole, label the GPU
+namespaces for Pod Security, create the simulated nodes and wait until kwok reports them
+Ready."""
 
 from __future__ import annotations
 
@@ -12,16 +13,22 @@ from pathlib import Path
 from typing import Any
 
 from vslice_core.errors import Timeout
+from vslice_core.resources import DEFAULT_RESOURCE_NAMES, ResourceNames
 from vslice_kube.admissionpolicy import apply_validating_admission_policy
 from vslice_kube.client import api_client
 from vslice_kube.namespaces import label_namespace
 from vslice_kube.nodes import apply_node, ready_node_names
+from vslice_kube.rbac import apply_cluster_role, viewer_cluster_role
 from vslice_kube.webhooks import apply_mutating_webhook
+from vslice_services.webhook.reach import match_conditions
 from vslice_services.webhook.statepolicy import state_policy
 
 from vslice_lab.inventory import SIMULATED_LABEL, SimulatedNode
 
 WEBHOOK_CONFIGURATION = "vslice-webhook"
+WEBHOOK_NAME = "gpu-pods.vslice.io"
+"""The name the API server gives when it cannot call the webhook (``failed calling webhook
+"gpu-pods.vslice.io"``): only GPU pods (``vslice_services.webhook.reach``) wait for it."""
 WEBHOOK_OPT_OUT_LABEL = "vslice.io/webhook"
 """Label a namespace ``vslice.io/webhook: disabled`` to keep the webhook out of it."""
 SERVICES_GROUP = "vslice:services"
@@ -42,15 +49,19 @@ def pod_security_labels(level: str = POD_SECURITY_LEVEL) -> dict[str, str]:
     }
 
 
-def webhook_configuration(url: str, ca_pem: bytes) -> dict[str, Any]:
-    """The MutatingWebhookConfiguration for the vslice webhook served at ``url``."""
+def webhook_configuration(
+    url: str, ca_pem: bytes, names: ResourceNames = DEFAULT_RESOURCE_NAMES
+) -> dict[str, Any]:
+    """The MutatingWebhookConfiguration for the vslice webhook served at ``url``; the API
+    server calls it only for the pods its ``matchConditions`` select (GPU pods, and pods that
+    set what the webhook checks), the others are created without it."""
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
         "metadata": {"name": WEBHOOK_CONFIGURATION},
         "webhooks": [
             {
-                "name": "pods.vslice.io",
+                "name": WEBHOOK_NAME,
                 "clientConfig": {"url": url, "caBundle": base64.b64encode(ca_pem).decode()},
                 "rules": [
                     {
@@ -61,6 +72,7 @@ def webhook_configuration(url: str, ca_pem: bytes) -> dict[str, Any]:
                         "scope": "Namespaced",
                     }
                 ],
+                "matchConditions": match_conditions(names),
                 "failurePolicy": "Fail",
                 "sideEffects": "None",
                 "admissionReviewVersions": ["v1"],
@@ -92,6 +104,10 @@ class LabCluster:
     def install_state_policy(self) -> None:
         """Only the lab's services (group vslice:services) may write vslice's pod state."""
         apply_validating_admission_policy(self._client, *state_policy(groups=(SERVICES_GROUP,)))
+
+    def install_viewer_role(self) -> None:
+        """The ClusterRole ``vslice-viewer`` (docs/sdk.md "Permissions"), for users to bind."""
+        apply_cluster_role(self._client, viewer_cluster_role())
 
     def label_gpu_namespaces(self, names: Sequence[str] = GPU_NAMESPACES) -> None:
         for name in names:

@@ -172,8 +172,9 @@ def _start_all(
     group = _control_plane(layout, options, binaries, certs, record, server, admin)
     _launch(layout, record, say, group, options.timeout)
     cluster = LabCluster(admin)
-    say("installing the state-annotation policy and Pod Security labels")
+    say("installing the state-annotation policy, the viewer role and Pod Security labels")
     cluster.install_state_policy()
+    cluster.install_viewer_role()
     cluster.label_gpu_namespaces()
     if record.webhook:
         say("registering the vslice webhook")

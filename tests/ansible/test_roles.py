@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -451,3 +452,84 @@ def test_the_api_server_gets_a_webhook_client_certificate_and_admission_configur
     (cn,) = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
     assert cn.value == "kube-apiserver-webhook-client"
     assert kubeconfig.stat().st_mode & 0o777 == 0o600
+
+
+def _rendered_webhook(**variables: object) -> dict[str, Any]:
+    configuration: Any
+    (configuration,) = _render_control_plane_template(
+        "webhook.yaml.j2",
+        _vslice_control_plane_webhook_url="https://127.0.0.1:8443/mutate",
+        __vslice_control_plane_ca_bundle={"content": "Q0E="},
+        **variables,
+    )
+    (hook,) = configuration["webhooks"]
+    assert isinstance(hook, dict)
+    return hook
+
+
+@pytest.mark.parametrize(
+    "names",
+    [
+        {},
+        {
+            "gpu": "example.com/gpu",
+            "memory": "example.com/vram",
+            "memory_percent": "example.com/vram-percent",
+            "cores": "example.com/sm",
+        },
+    ],
+    ids=["defaults", "renamed"],
+)
+def test_the_roles_webhook_match_conditions_are_the_ones_the_lab_registers(
+    names: dict[str, str],
+) -> None:
+    from vslice_core.resources import ResourceNames
+    from vslice_lab.cluster import WEBHOOK_NAME, webhook_configuration
+
+    role_key = {"memory_percent": "memory_percentage"}
+    variables = {
+        f"vslice_control_plane_resource_{role_key.get(key, key)}": value
+        for key, value in names.items()
+    }
+    hook = _rendered_webhook(**variables)
+    resource_names = ResourceNames(**names)
+    (lab_hook,) = webhook_configuration("https://x/mutate", b"CA", resource_names)["webhooks"]
+    assert hook["name"] == lab_hook["name"] == WEBHOOK_NAME
+    assert hook["matchConditions"] == lab_hook["matchConditions"]
+    (condition,) = hook["matchConditions"]
+    for resource in resource_names.managed():
+        assert f"'{resource}'" in condition["expression"]
+    if names:
+        assert "nvidia.com" not in condition["expression"]
+
+
+def test_the_roles_viewer_role_is_the_one_the_lab_installs() -> None:
+    from vslice_kube.rbac import VIEWER_ROLE, viewer_cluster_role
+
+    rendered = _render_control_plane_template("rbac.yaml.j2")
+    documents: list[Any] = rendered
+    roles = [doc for doc in documents if doc["metadata"]["name"] == VIEWER_ROLE]
+    assert roles == [viewer_cluster_role()]
+
+
+def test_the_services_get_the_resource_names_the_webhook_is_called_for() -> None:
+    """kube-scheduler, the webhook's matchConditions and the services' own settings name the
+    same resources, so a renamed resource reaches all three."""
+    variables = yaml.safe_load((ROLES / "vslice_control_plane" / "vars" / "main.yml").read_text())
+    resources = variables["_vslice_control_plane_common_settings"]["resources"]
+    assert resources == {
+        "gpu": "{{ vslice_control_plane_resource_gpu }}",
+        "memory": "{{ vslice_control_plane_resource_memory }}",
+        "memory_percent": "{{ vslice_control_plane_resource_memory_percentage }}",
+        "cores": "{{ vslice_control_plane_resource_cores }}",
+    }
+
+
+def test_uninstall_removes_the_viewer_role() -> None:
+    from vslice_kube.rbac import VIEWER_ROLE
+
+    variables = yaml.safe_load((ROLES / "vslice_uninstall" / "vars" / "main.yml").read_text())
+    assert variables["_vslice_uninstall_viewer_role"] == VIEWER_ROLE
+    tasks = yaml.safe_load((ROLES / "vslice_uninstall" / "tasks" / "objects.yml").read_text())
+    loops = " ".join(str(task.get("loop", "")) for task in tasks)
+    assert "_vslice_uninstall_viewer_role" in loops

@@ -1,0 +1,54 @@
+"""The ClusterRole ``vslice-viewer``: what the SDK's read path and ``vslice top`` need.
+
+``Workloads.list_nodes``/``get_node`` and ``list_pods(None)``/``get_pod`` read the nodes'
+inventory annotations and every pod's allocation; nothing else is granted (no Secrets, no
+ConfigMaps, no writes). Creating and deleting pods and Jobs (``vslice request``, ``Client.run``)
+is namespaced and left to the site (e.g. the built-in ``edit`` role in the user's namespace).
+It carries no ``aggregate-to-view`` label: nodes are cluster-scoped, so aggregation would add
+nothing to a namespaced ``view`` binding and would widen every cluster-wide one.
+
+The lab installs it at ``up``; the Ansible role renders the same object (checked by its tests).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from vslice_kube.apierrors import cluster_error, translated
+
+VIEWER_ROLE = "vslice-viewer"
+
+
+def viewer_cluster_role() -> dict[str, Any]:
+    """Read nodes and pods in every namespace, nothing more."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": VIEWER_ROLE, "labels": {"app.kubernetes.io/part-of": "vslice"}},
+        "rules": [
+            {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]}
+        ],
+    }
+
+
+def apply_cluster_role(api_client: k8s.ApiClient, body: Mapping[str, Any]) -> None:
+    """Create the ClusterRole, or replace an existing one of the same name."""
+    api: Any = k8s.RbacAuthorizationV1Api(api_client)  # stubs reject dict bodies
+    name = str(body["metadata"]["name"])
+    try:
+        api.create_cluster_role(dict(body), _preload_content=False)
+        return
+    except ApiException as exc:
+        if exc.status != 409:
+            raise cluster_error(exc, f"create clusterrole {name}") from exc
+    with translated(f"replace clusterrole {name}"):
+        current = api.read_cluster_role(name)
+        replacement = {
+            **body,
+            "metadata": {**body["metadata"], "resourceVersion": current.metadata.resource_version},
+        }
+        api.replace_cluster_role(name, replacement, _preload_content=False)
