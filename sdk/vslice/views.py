@@ -48,6 +48,21 @@ def percent(used: int, total: int) -> int:
     return round(100 * used / total) if total > 0 else 0
 
 
+def gib_pair(used_mib: int, total_mib: int) -> str:
+    """``61440, 81920`` -> ``60 / 80 GiB`` (one unit, so the pair reads at a glance)."""
+
+    def gib(mib: int) -> str:
+        value = mib / 1024
+        return f"{value:.0f}" if value.is_integer() else f"{value:.1f}"
+
+    return f"{gib(used_mib)} / {gib(total_mib)} GiB"
+
+
+def cores_label(used: int, total: int) -> str:
+    """``80, 100`` -> ``80%``; other totals keep both numbers."""
+    return f"{used}%" if total == 100 else f"{used}/{total}%"
+
+
 def meter(used: int, total: int, label: str) -> str:
     """A bar filled to used/total with a label beside it."""
     share = min(100, percent(used, total))
@@ -118,25 +133,22 @@ def _gpu_cells(row: GpuRow) -> list[str]:
     chip = "vslice-ok" if state == "ok" else "vslice-bad"
     return [
         esc(row.index),
-        f'{esc(row.model)}<br><code class="vslice-muted">{esc(row.uuid)}</code>',
+        f'<div class="vslice-gpu">{esc(row.model)}<br>'
+        f'<code class="vslice-muted">{esc(row.uuid)}</code></div>',
         f'<span class="vslice-chip {chip}">{esc(state)}</span>',
         meter(row.slots_used, row.slots, f"{row.slots_used}/{row.slots}"),
-        meter(
-            row.memory_used_mib,
-            row.memory_mib,
-            f"{format_mib(row.memory_used_mib)} / {format_mib(row.memory_mib)}",
-        ),
-        meter(row.cores_used, row.cores, f"{row.cores_used}/{row.cores}%"),
-        pods,
+        meter(row.memory_used_mib, row.memory_mib, gib_pair(row.memory_used_mib, row.memory_mib)),
+        meter(row.cores_used, row.cores, cores_label(row.cores_used, row.cores)),
+        f'<div class="vslice-pods">{pods}</div>',
     ]
 
 
 def _summary_chips(totals: dict[str, int]) -> str:
     memory = (
-        f"memory {format_mib(totals['memory_used'])} / {format_mib(totals['memory'])} "
+        f"memory {gib_pair(totals['memory_used'], totals['memory'])} "
         f"({percent(totals['memory_used'], totals['memory'])}%)"
     )
-    cores = f"cores {totals['cores_used']}/{totals['cores']}%"
+    cores = f"cores {percent(totals['cores_used'], totals['cores'])}%"
     slots = f"slots {totals['slots_used']}/{totals['slots']}"
     return "".join(f'<span class="vslice-chip">{esc(c)}</span>' for c in (memory, cores, slots))
 
@@ -169,12 +181,8 @@ def _node_summaries(groups: dict[str, list[GpuRow]]) -> str:
                 esc(node),
                 str(len(gpu_rows)),
                 meter(t["slots_used"], t["slots"], f"{t['slots_used']}/{t['slots']}"),
-                meter(
-                    t["memory_used"],
-                    t["memory"],
-                    f"{format_mib(t['memory_used'])} / {format_mib(t['memory'])}",
-                ),
-                meter(t["cores_used"], t["cores"], f"{t['cores_used']}/{t['cores']}%"),
+                meter(t["memory_used"], t["memory"], gib_pair(t["memory_used"], t["memory"])),
+                meter(t["cores_used"], t["cores"], f"{percent(t['cores_used'], t['cores'])}%"),
             ]
         )
     return table(["node", "GPUs", "slots", "memory", "cores"], rows, {1})

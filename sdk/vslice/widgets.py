@@ -4,11 +4,14 @@ Both are composite ipywidgets that subclass ``VBox``, declare their parts as att
 and route every change through one ``update`` method, so they work (and are tested) in a
 plain Python process: construct, call ``refresh()``/``update()``, inspect the children.
 
-* :class:`ClusterView` - per GPU a memory bar and a cores bar, slots, and the pods holding
-  the GPU; ``start(interval)`` refreshes it on a timer (a daemon thread), ``stop()`` ends that.
+* :class:`ClusterView` - a legend, column headers, then per GPU a memory bar and a cores bar
+  (hover either for each pod's share), slots, and the pods holding the GPU; below, the pods
+  that ask for vslice GPUs and have no node yet, each with the engine's one-line reason.
+  ``start(interval)`` refreshes it on a timer (a daemon thread), ``stop()`` ends that.
 * :class:`SlicePicker` - GPU model choices and memory limits come from the cluster (models
-  present, the most free memory per model); every change shows the engine's plan, and the
-  Submit button is enabled only while the plan fits.
+  present, each model's memory); every change shows the engine's plan, Submit is enabled only
+  while the plan fits and the request differs from the last one submitted, and a status line
+  follows the submitted pod (a daemon thread) until it runs or fails.
 
 Each takes a :class:`vslice.Client`, or for tests and offline use a ``source`` callable that
 returns a :class:`~vslice.snapshot.ClusterSnapshot`.
@@ -18,18 +21,21 @@ from __future__ import annotations
 
 import datetime
 import threading
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 import ipywidgets as w
-from vslice_core.model import GPU_POLICIES
+from vslice_core.ledger import charges
+from vslice_core.model import GPU_POLICIES, PodRequest
 
 from vslice import views
 from vslice.errors import InvalidRequest, VsliceError
 from vslice.plans import Plan, plan_manifest, slice_manifest
 from vslice.slices import Slice, format_mib
-from vslice.snapshot import ClusterSnapshot
-from vslice.tables import GpuRow, GpuTable
+from vslice.snapshot import ClusterSnapshot, PendingPod
+from vslice.tables import GpuRow
 
 if TYPE_CHECKING:
     from vslice.client import Client
@@ -38,6 +44,22 @@ if TYPE_CHECKING:
 Source = Callable[[], ClusterSnapshot]
 Submit = Callable[[Slice, str, str], "Workload"]
 ANY_MODEL = "any model"
+GIB = 1024
+MEMORY_STEP_GIB = 0.5
+FINAL_PHASES = frozenset({"Running", "Succeeded", "Failed"})
+FOLLOW_LIMIT_S = 600.0
+
+# Column widths of the cluster view, so bars line up whatever the model names are.
+COLUMNS: dict[str, int] = {
+    "gpu": 200,
+    "memory_bar": 90,
+    "memory": 118,
+    "cores_bar": 64,
+    "cores": 58,
+    "slots": 44,
+}
+WIDGET_MARGIN = 2  # ipywidgets' --jp-widgets-margin, on each side of every widget
+MUTED = "color:var(--jp-content-font-color2, #666)"
 
 
 def _source(client: Client | None, source: Source | None) -> Source:
@@ -52,48 +74,126 @@ def _now() -> str:
     return datetime.datetime.now().strftime("%H:%M:%S")
 
 
+def _px(*columns: str) -> str:
+    """The width of adjacent columns, margins between them included."""
+    inner = 2 * WIDGET_MARGIN * (len(columns) - 1)
+    return f"{sum(COLUMNS[c] for c in columns) + inner}px"
+
+
+def _lines(text: str) -> str:
+    """Escaped multi-line text shown as lines."""
+    return f'<div style="white-space:pre-wrap;line-height:1.35">{views.esc(text)}</div>'
+
+
+def headline(plan: Plan) -> str:
+    """The plan's one-line verdict: ``Plan.headline()`` where the SDK has it, else the first
+    line of ``Plan.why_not()`` (or where it fits)."""
+    method = getattr(plan, "headline", None)
+    if callable(method):
+        return str(method())
+    if plan.fits:
+        return f"fits on {plan.node}"
+    return plan.why_not().splitlines()[0] if plan.why_not() else "does not fit"
+
+
+# --- Cluster view ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Holding:
+    """What one pod takes of one GPU."""
+
+    holder: str
+    memory_mib: int
+    cores: int
+
+    def describe(self) -> str:
+        return f"{self.holder}: {format_mib(self.memory_mib)}, {self.cores}% cores"
+
+
+def holdings(snapshot: ClusterSnapshot) -> dict[tuple[str, str], list[Holding]]:
+    """(node, GPU UUID) -> each live pod's share, counted as the ledger counts it."""
+    found: dict[tuple[str, str], list[Holding]] = {}
+    for pod in snapshot.pods:
+        for uuid, charge in charges(pod.allocation).items():
+            share = Holding(pod.holder, charge.memory_mib, charge.cores)
+            found.setdefault((pod.allocation.node, uuid), []).append(share)
+    return found
+
+
+def _cell(column: str, **layout: str) -> w.HTML:
+    return w.HTML(layout=w.Layout(width=_px(column), **layout))
+
+
 class GpuBar(w.HBox):  # type: ignore[misc]  # ipywidgets ships no types
     """One GPU: name, memory bar, cores bar, slots, and the pods holding slices."""
 
-    def __init__(self, row: GpuRow) -> None:
-        self.title = w.HTML(layout=w.Layout(width="260px"))
-        self.memory = w.FloatProgress(min=0.0, layout=w.Layout(width="140px"))
-        self.memory_label = w.Label(layout=w.Layout(width="150px"))
-        self.cores = w.FloatProgress(min=0.0, layout=w.Layout(width="110px"))
-        self.cores_label = w.Label(layout=w.Layout(width="80px"))
-        self.slots = w.Label(layout=w.Layout(width="90px"))
-        self.pods = w.HTML()
+    def __init__(self, row: GpuRow, shares: Sequence[Holding] = ()) -> None:
+        self.title = _cell("gpu")
+        self.memory = w.FloatProgress(min=0.0, layout=w.Layout(width=_px("memory_bar")))
+        self.memory_label = _cell("memory")
+        self.cores = w.FloatProgress(min=0.0, layout=w.Layout(width=_px("cores_bar")))
+        self.cores_label = _cell("cores")
+        self.slots = _cell("slots")
+        self.pods = w.HTML(layout=w.Layout(flex="1 1 160px", min_width="120px"))
+        parts = [self.title, self.memory, self.memory_label, self.cores, self.cores_label]
         super().__init__(
-            [
-                self.title,
-                self.memory,
-                self.memory_label,
-                self.cores,
-                self.cores_label,
-                self.slots,
-                self.pods,
-            ]
+            [*parts, self.slots, self.pods],
+            layout=w.Layout(
+                align_items="center", flex_flow="row wrap", border_bottom="1px solid #e0e0e0"
+            ),
         )
-        self.update(row)
+        self.update(row, shares)
 
-    def update(self, row: GpuRow) -> None:
+    def update(self, row: GpuRow, shares: Sequence[Holding] = ()) -> None:
         self.row = row
-        state = "" if row.schedulable else (" (unhealthy)" if not row.healthy else " (cordoned)")
+        self.shares = list(shares)
+        state = _state(row)
+        flag = f' <b style="color:#cf222e">{views.esc(state)}</b>' if state else ""
         self.title.value = (
-            f"<b>{views.esc(row.node)}</b> #{row.index} {views.esc(row.model)}{views.esc(state)}"
+            f'<div style="line-height:1.3;padding:3px 0"><b>{views.esc(row.node)}</b> '
+            f"#{row.index}{flag}<br>"
+            f'<span style="font-size:11px;{MUTED};overflow-wrap:anywhere">'
+            f"{views.esc(row.model)}</span></div>"
         )
-        self.memory.max = float(max(row.memory_mib, 1))
-        self.memory.value = float(min(row.memory_used_mib, row.memory_mib))
-        self.memory.bar_style = _bar_style(row.memory_used_mib, row.memory_mib)
-        self.memory_label.value = (
-            f"{format_mib(row.memory_used_mib)} / {format_mib(row.memory_mib)}"
+        self._meter(self.memory, row.memory_used_mib, row.memory_mib)
+        self.memory_label.value = views.gib_pair(row.memory_used_mib, row.memory_mib)
+        self._meter(self.cores, row.cores_used, row.cores)
+        self.cores_label.value = views.cores_label(row.cores_used, row.cores)
+        self.slots.value = f"{row.slots_used}/{row.slots}"
+        self.memory.tooltip = self._tooltip(
+            f"memory: {format_mib(row.memory_used_mib)} of {format_mib(row.memory_mib)} allocated"
         )
-        self.cores.max = float(max(row.cores, 1))
-        self.cores.value = float(min(row.cores_used, row.cores))
-        self.cores.bar_style = _bar_style(row.cores_used, row.cores)
-        self.cores_label.value = f"{row.cores_used}/{row.cores}%"
-        self.slots.value = f"slots {row.slots_used}/{row.slots}"
-        self.pods.value = ", ".join(f"<code>{views.esc(p)}</code>" for p in row.pods) or "-"
+        self.cores.tooltip = self._tooltip(f"cores: {row.cores_used}% of {row.cores}% allocated")
+        self.slots.tooltip = f"slots: {row.slots_used} of {row.slots} slices held"
+        self.pods.value = self._pods_html()
+
+    @staticmethod
+    def _meter(bar: w.FloatProgress, used: int, total: int) -> None:
+        bar.max = float(max(total, 1))
+        bar.value = float(min(used, total))
+        bar.bar_style = _bar_style(used, total)
+
+    def _tooltip(self, first: str) -> str:
+        return "\n".join([first, *(share.describe() for share in self.shares)])
+
+    def _pods_html(self) -> str:
+        if not self.shares:
+            return f'<span style="{MUTED}">-</span>'
+        items = [
+            f'<span title="{views.esc(s.describe())}"><code>{views.esc(s.holder)}</code> '
+            f'<span style="{MUTED}">{format_mib(s.memory_mib)}, {s.cores}%</span></span>'
+            for s in self.shares
+        ]
+        return f'<div style="line-height:1.3;overflow-wrap:anywhere">{", ".join(items)}</div>'
+
+
+def _state(row: GpuRow) -> str:
+    if row.overbooked:
+        return "over-booked"
+    if not row.healthy:
+        return "unhealthy"
+    return "cordoned" if row.cordoned else ""
 
 
 def _bar_style(used: int, total: int) -> str:
@@ -101,8 +201,96 @@ def _bar_style(used: int, total: int) -> str:
     return "danger" if share >= 1.0 else "warning" if share >= 0.8 else "info"
 
 
+# The colours ipywidgets gives the bar styles (JupyterLab's theme variables).
+SWATCHES = {
+    "info": "var(--jp-info-color1, #0097a7)",
+    "warning": "var(--jp-warn-color1, #f57c00)",
+    "danger": "var(--jp-error-color1, #d32f2f)",
+}
+
+
+def legend() -> str:
+    """What the bars and columns mean, in one short block."""
+    swatch = '<span style="display:inline-block;width:10px;height:10px;background:{}"></span>'
+    colours = " &middot; ".join(
+        f"{swatch.format(SWATCHES[style])} {words}"
+        for style, words in (("info", "under 80%"), ("warning", "80% or more"), ("danger", "full"))
+    )
+    return (
+        f'<div style="font-size:12px;{MUTED};line-height:1.4">'
+        "<b>memory</b>: GiB allocated / GPU memory &middot; <b>cores</b>: share of the GPU's "
+        "compute allocated &middot; <b>slots</b>: slices held / most it takes<br>"
+        f"bars: {colours} &middot; hover a bar for each pod's share</div>"
+    )
+
+
+def _headers() -> w.HBox:
+    def head(text: str, width: str) -> w.HTML:
+        return w.HTML(f"<b>{text}</b>", layout=w.Layout(width=width))
+
+    return w.HBox(
+        [
+            head("GPU", _px("gpu")),
+            head("memory (GiB)", _px("memory_bar", "memory")),
+            head("cores", _px("cores_bar", "cores")),
+            head("slots", _px("slots")),
+            w.HTML("<b>pods</b> (memory, cores)", layout=w.Layout(flex="1 1 160px")),
+        ],
+        layout=w.Layout(flex_flow="row wrap", border_bottom="2px solid #bdbdbd"),
+    )
+
+
+@dataclass(frozen=True)
+class PendingPlan:
+    """A pod that asks for vslice GPUs and has no node, with the engine's answer for it."""
+
+    pod: PendingPod
+    plan: Plan
+
+    @property
+    def holder(self) -> str:
+        return self.pod.holder
+
+
+def pending_plans(snapshot: ClusterSnapshot) -> list[PendingPlan]:
+    """Every pod in :attr:`ClusterSnapshot.pending`, planned against the snapshot."""
+    return [
+        PendingPlan(p, Plan(snapshot.decide(p.request), namespace=p.namespace))
+        for p in snapshot.pending
+    ]
+
+
+def describe_request(request: PodRequest) -> str:
+    """``1 GPU, 90 GiB, 25% cores`` (per container, joined with ``+``)."""
+    parts = []
+    for c in request.containers:
+        memory = format_mib(c.memory_mib) if c.memory_mib else f"{c.memory_percent}% memory"
+        words = [f"{c.gpus} GPU" + ("s" if c.gpus > 1 else ""), memory]
+        words[1] += " each" if c.gpus > 1 else ""
+        words += [f"{c.cores}% cores"] if c.cores else []
+        parts.append(", ".join(words))
+    return " + ".join(parts)
+
+
+def pending_html(pending: Sequence[PendingPlan]) -> str:
+    if not pending:
+        return f'<div style="{MUTED};padding-top:4px">No pod waits for a GPU.</div>'
+    items = "".join(
+        f'<li title="{views.esc(p.plan.why_not())}"><code>{views.esc(p.holder)}</code> '
+        f'<span style="{MUTED}">{views.esc(describe_request(p.pod.request))}</span>: '
+        f"{views.esc(headline(p.plan))}</li>"
+        for p in pending
+    )
+    return (
+        f'<div style="padding-top:6px"><b>Pending ({len(pending)})</b> '
+        f'<span style="{MUTED}">pods asking for GPUs that have no node yet</span>'
+        f'<ul style="margin:2px 0;padding-left:20px;line-height:1.4">{items}</ul></div>'
+    )
+
+
 class ClusterView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no types
-    """Every GPU with its memory and cores bars and its pods, refreshed on demand or a timer."""
+    """Every GPU with its memory and cores bars and its pods, then the pending pods;
+    refreshed on demand or on a timer."""
 
     def __init__(
         self,
@@ -114,11 +302,21 @@ class ClusterView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no types
         self._timer: threading.Thread | None = None
         self._stop = threading.Event()
         self._source = _source(client, source)
-        self.header = w.HTML()
-        self.status = w.Label()
+        self.header = w.HTML(layout=w.Layout(flex="1 1 auto"))
+        self.refresh_button = w.Button(
+            description="Refresh", icon="refresh", layout=w.Layout(width="100px")
+        )
+        self.refresh_button.on_click(lambda _b: self.refresh())
+        self.legend = w.HTML(legend())
+        self.columns = _headers()
         self.rows = w.VBox()
+        self.pending = w.HTML()
+        self.status = w.HTML()
         self.bars: dict[str, GpuBar] = {}
-        super().__init__([self.header, self.rows, self.status])
+        self.pending_pods: list[PendingPlan] = []
+        top = w.HBox([self.header, self.refresh_button], layout=w.Layout(align_items="center"))
+        parts = [top, self.legend, self.columns, self.rows, self.pending, self.status]
+        super().__init__(parts, layout=w.Layout(max_width="1100px"))
         self.refresh()
         if interval:
             self.start(interval)
@@ -126,33 +324,41 @@ class ClusterView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no types
     def refresh(self) -> None:
         """Read the cluster once and update; a failure is shown, never raised."""
         try:
-            gpus = self._source().gpus()
+            snapshot = self._source()
         except VsliceError as exc:
-            self.status.value = f"refresh failed at {_now()}: {exc}"
+            self.status.value = (
+                f'<span style="color:#cf222e">refresh failed at {_now()}: {views.esc(exc)}</span>'
+            )
             return
-        self.update(gpus)
+        self.update(snapshot)
 
-    def update(self, gpus: GpuTable) -> None:
-        """Show ``gpus``: bars are updated in place, added or dropped as GPUs come and go."""
+    def update(self, snapshot: ClusterSnapshot) -> None:
+        """Show ``snapshot``: bars are updated in place, added or dropped as GPUs come and go."""
+        gpus, shares = snapshot.gpus(), holdings(snapshot)
         uuids = [row.uuid for row in gpus]
         for row in gpus:
+            mine = shares.get((row.node, row.uuid), [])
             if row.uuid in self.bars:
-                self.bars[row.uuid].update(row)
+                self.bars[row.uuid].update(row, mine)
             else:
-                self.bars[row.uuid] = GpuBar(row)
+                self.bars[row.uuid] = GpuBar(row, mine)
         for gone in set(self.bars) - set(uuids):
             self.bars.pop(gone).close()
         if [bar.row.uuid for bar in self.rows.children] != uuids:
             self.rows.children = tuple(self.bars[uuid] for uuid in uuids)
+        self.pending_pods = pending_plans(snapshot)
+        self.pending.value = pending_html(self.pending_pods)
         rows = list(gpus)
         used = sum(r.memory_used_mib for r in rows)
         total = sum(r.memory_mib for r in rows)
+        cores, all_cores = sum(r.cores_used for r in rows), sum(r.cores for r in rows)
         self.header.value = (
             f"<b>{len(gpus.nodes())} nodes, {len(rows)} GPUs</b> &middot; memory "
-            f"{format_mib(used)} / {format_mib(total)} &middot; cores "
-            f"{sum(r.cores_used for r in rows)}/{sum(r.cores for r in rows)}%"
+            f"{views.gib_pair(used, total)} allocated &middot; cores "
+            f"{views.percent(cores, all_cores)}% allocated &middot; "
+            f"{len(self.pending_pods)} pending"
         )
-        self.status.value = f"updated {_now()}"
+        self.status.value = f'<span style="{MUTED};font-size:11px">updated {_now()}</span>'
 
     def start(self, interval: float = 5.0) -> None:
         """Refresh every ``interval`` seconds until :meth:`stop` (or the widget closes)."""
@@ -182,8 +388,91 @@ class ClusterView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no types
         super().close()
 
 
+# --- Slice picker ----------------------------------------------------------------------
+
+
+class Followed(Protocol):
+    """What the status line needs of a submitted workload."""
+
+    name: str
+    namespace: str
+
+    def pod(self) -> dict[str, Any] | None: ...
+
+
+def pod_status(pod: dict[str, Any] | None) -> tuple[str, str]:
+    """(phase, one line of words) for the status line."""
+    if pod is None:
+        return "", "waiting for its pod to be created"
+    status = pod.get("status") or {}
+    phase = str(status.get("phase") or "Pending")
+    node = (pod.get("spec") or {}).get("nodeName")
+    words = f"{phase} on {node}" if node else f"{phase}, no node yet"
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            reason = str(condition.get("message") or condition.get("reason") or "")
+            words += f": {reason.splitlines()[0][:200]}" if reason else ""
+    if phase == "Failed":
+        words += f": {status.get('message') or status.get('reason') or 'see its logs'}"
+    return phase, words
+
+
+class PodFollower:
+    """Polls one pod in a daemon thread and reports its state until it runs, ends, fails,
+    ``limit`` seconds pass, or :meth:`stop`."""
+
+    def __init__(
+        self,
+        workload: Followed,
+        report: Callable[[str, str], None],
+        *,
+        interval: float = 1.0,
+        limit: float = FOLLOW_LIMIT_S,
+    ) -> None:
+        self.workload, self.report = workload, report
+        self.interval, self.limit = interval, limit
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, name="vslice-follow", daemon=True)
+
+    def start(self) -> PodFollower:
+        self.thread.start()
+        return self
+
+    def _loop(self) -> None:
+        deadline = time.monotonic() + self.limit
+        phase = ""
+        while not self._stop.is_set():
+            try:
+                phase, words = pod_status(self.workload.pod())
+            except VsliceError as exc:
+                words = f"cannot read the pod: {exc}"
+            if self._stop.is_set():
+                return
+            self.report(phase, words)
+            if phase in FINAL_PHASES:
+                return
+            if time.monotonic() > deadline:
+                self.report(phase, f"{words} (stopped following after {self.limit:.0f}s)")
+                return
+            self._stop.wait(self.interval)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self.thread.is_alive() and self.thread is not threading.current_thread():
+            self.thread.join(timeout=5)
+
+    @property
+    def running(self) -> bool:
+        return self.thread.is_alive()
+
+
+Request = tuple[Slice, str, str]
+STYLE = {"description_width": "90px"}
+CONTROL = {"width": "460px"}
+
+
 class SlicePicker(w.VBox):  # type: ignore[misc]  # ipywidgets ships no types
-    """Pick a slice from what the cluster has, see the plan, then submit."""
+    """Pick a slice from what the cluster has, see the plan, then submit (once per request)."""
 
     def __init__(
         self,
@@ -194,70 +483,132 @@ class SlicePicker(w.VBox):  # type: ignore[misc]  # ipywidgets ships no types
         namespace: str | None = None,
         image: str = "python:3.12-slim",
         command: str = "nvidia-smi && sleep 3600",
+        follow_interval: float = 1.0,
     ) -> None:
         self._source = _source(client, source)
         self._submit = submit or (_client_submit(client) if client is not None else None)
         self.namespace = namespace or (client.namespace if client is not None else "default")
+        self.follow_interval = follow_interval
         self.snapshot = self._source()
         self.plan: Plan | None = None
         self.slice: Slice | None = None
         self.workload: Workload | None = None
+        self.follower: PodFollower | None = None
+        self._submitted: Request | None = None
+        self._choosing = False
         self._build(image, command)
         self.update()
 
     def _build(self, image: str, command: str) -> None:
-        self.model = w.Dropdown(description="GPU model")
-        self.memory = w.IntSlider(
-            description="memory MiB", min=256, max=1 << 20, step=256, value=1024
+        def layout() -> w.Layout:
+            return w.Layout(**CONTROL)
+
+        self.model = w.Dropdown(description="GPU model", style=STYLE, layout=layout())
+        self.memory = w.FloatSlider(
+            description="memory GiB",
+            min=MEMORY_STEP_GIB,
+            max=80.0,
+            step=MEMORY_STEP_GIB,
+            value=1.0,
+            readout_format=".1f",
+            style=STYLE,
+            layout=layout(),
         )
-        self.cores = w.IntSlider(description="cores %", min=0, max=100, step=5, value=25)
-        self.gpus = w.BoundedIntText(description="GPUs", min=1, max=1, value=1)
-        self.policy = w.Dropdown(description="GPU policy", options=list(GPU_POLICIES))
-        self.policy.value = "spread"
-        self.image = w.Text(description="image", value=image)
-        self.command = w.Text(description="command", value=command)
+        self.cores = w.IntSlider(
+            description="cores %", min=0, max=100, step=5, value=25, style=STYLE, layout=layout()
+        )
+        self.gpus = w.BoundedIntText(
+            description="GPUs", min=1, max=1, value=1, style=STYLE, layout=w.Layout(width="180px")
+        )
+        self.policy = w.Dropdown(
+            description="GPU policy",
+            options=list(GPU_POLICIES),
+            value="spread",
+            style=STYLE,
+            layout=w.Layout(width="260px"),
+        )
+        self.image = w.Text(description="image", value=image, style=STYLE, layout=layout())
+        self.command = w.Text(description="command", value=command, style=STYLE, layout=layout())
         self.refresh_button = w.Button(description="Refresh", icon="refresh")
         self.submit_button = w.Button(description="Submit", button_style="success")
+        self.verdict = w.HTML()
         self.plan_view = w.HTML()
         self.status = w.HTML()
         self._set_choices()
         for control in (self.model, self.memory, self.cores, self.gpus, self.policy):
-            control.observe(lambda _change: self.update(), names="value")
+            control.observe(self._changed, names="value")
+        for text in (self.image, self.command):
+            text.observe(self._changed, names="value")
         self.refresh_button.on_click(lambda _b: self.refresh())
         self.submit_button.on_click(lambda _b: self.submit())
         buttons = w.HBox([self.refresh_button, self.submit_button])
-        controls = [self.model, self.memory, self.cores, self.gpus, self.policy]
-        super().__init__(
-            [*controls, self.image, self.command, buttons, self.plan_view, self.status]
-        )
+        controls = [self.model, self.memory, self.cores, w.HBox([self.gpus, self.policy])]
+        parts = [self.image, self.command, buttons, self.verdict, self.status, self.plan_view]
+        super().__init__([*controls, *parts])
+
+    def _changed(self, change: dict[str, Any]) -> None:
+        if self._choosing:
+            return
+        if change.get("owner") is self.model:
+            self._set_limits()
+        self.update()
 
     def _set_choices(self) -> None:
-        """Model choices and the memory/GPU limits from the snapshot (largest free slice)."""
+        """Model choices from the snapshot (with each model's largest free slice), then the
+        limits for the chosen model."""
         gpus = self.snapshot.gpus()
         options: list[tuple[str, str]] = [(ANY_MODEL, "")]
         for model in gpus.models():
             free = max(r.memory_free_mib for r in gpus if r.model == model)
             options.append((f"{model} (up to {format_mib(free)} free)", model))
         current = self.model.value if self.model.value in dict(options).values() else ""
-        self.model.options = options
-        self.model.value = current
-        biggest = max((r.memory_mib for r in gpus), default=1024)
-        self.memory.max = max(biggest, self.memory.min)
-        per_node = max((len([r for r in gpus if r.node == n]) for n in gpus.nodes()), default=1)
-        self.gpus.max = max(per_node, 1)
+        self._choosing = True
+        try:
+            self.model.options = options
+            self.model.value = current
+        finally:
+            self._choosing = False
+        self._set_limits()
+
+    def _set_limits(self) -> None:
+        """The memory slider spans the chosen model's memory; GPUs up to what one node has."""
+        model = self.model.value or None
+        rows = [r for r in self.snapshot.gpus() if model is None or r.model == model]
+        biggest = max((r.memory_mib for r in rows), default=GIB) / GIB
+        per_node: dict[str, int] = {}
+        for r in rows:
+            per_node[r.node] = per_node.get(r.node, 0) + 1
+        self._choosing = True
+        try:
+            top = max(MEMORY_STEP_GIB, biggest - biggest % MEMORY_STEP_GIB)
+            self.memory.max = top
+            self.memory.value = min(self.memory.value, top)
+            self.gpus.max = max(per_node.values(), default=1)
+        finally:
+            self._choosing = False
+
+    @property
+    def memory_mib(self) -> int:
+        return round(float(self.memory.value) * GIB)
 
     def current_slice(self) -> Slice:
         """The slice the controls describe (raises InvalidRequest for a bad combination)."""
         return Slice(
-            int(self.memory.value),
+            self.memory_mib,
             cores=int(self.cores.value),
             gpus=int(self.gpus.value),
             gpu_type=self.model.value or None,
             gpu_policy=str(self.policy.value),
         )
 
+    def request(self) -> Request | None:
+        if self.slice is None:
+            return None
+        return (self.slice, str(self.image.value), str(self.command.value))
+
     def update(self) -> None:
-        """Recompute the slice and its plan against the snapshot; enable Submit if it fits."""
+        """Recompute the slice and its plan against the snapshot; enable Submit if it fits
+        and differs from what was last submitted."""
         try:
             self.slice = self.current_slice()
             manifest = slice_manifest(self.slice)
@@ -266,11 +617,17 @@ class SlicePicker(w.VBox):  # type: ignore[misc]  # ipywidgets ships no types
             )
         except InvalidRequest as exc:
             self.slice, self.plan = None, None
-            self.plan_view.value = f"<b>invalid:</b> {views.esc(exc)}"
+            self.verdict.value = f'<b style="color:#cf222e">invalid:</b> {views.esc(exc)}'
+            self.plan_view.value = ""
         else:
+            self.verdict.value = verdict_html(self.plan)
             self.plan_view.value = self.plan._repr_html_()
         fits = self.plan is not None and self.plan.fits
-        self.submit_button.disabled = not (fits and self._submit is not None)
+        again = self._submitted is not None and self.request() == self._submitted
+        self.submit_button.disabled = not fits or self._submit is None or again
+        self.submit_button.tooltip = (
+            "already submitted: change the request to submit another" if again else ""
+        )
 
     def refresh(self) -> None:
         """Re-read the cluster (choices and plan follow)."""
@@ -283,18 +640,58 @@ class SlicePicker(w.VBox):  # type: ignore[misc]  # ipywidgets ships no types
         self.update()
 
     def submit(self) -> Workload | None:
-        """Submit the current slice (when it fits); the handle is kept in ``.workload``."""
+        """Submit the current slice (when it fits and is new); the handle is kept in
+        ``.workload`` and the status line follows its pod."""
         self.update()
-        if self.slice is None or self._submit is None or self.submit_button.disabled:
-            self.status.value = "nothing submitted: the slice does not fit or is invalid"
+        request = self.request()
+        if request is None or self._submit is None or self.submit_button.disabled:
+            self.status.value = (
+                "nothing submitted: already submitted, or the slice does not fit or is invalid"
+            )
             return None
+        self.submit_button.disabled = True
         try:
-            self.workload = self._submit(self.slice, self.image.value, self.command.value)
+            self.workload = self._submit(*request)
         except VsliceError as exc:
             self.status.value = f"<b>not submitted:</b> {views.esc(exc)}"
+            self.update()
             return None
-        self.status.value = f"submitted <code>{views.esc(self.workload.name)}</code>"
+        self._submitted = request
+        self._follow(self.workload)
+        self.refresh()
         return self.workload
+
+    def _follow(self, workload: Followed) -> None:
+        if self.follower is not None:
+            self.follower.stop()
+        name = f"{workload.namespace}/{workload.name}"
+
+        def report(phase: str, words: str) -> None:
+            colour = {"Running": "#2da44e", "Succeeded": "#2da44e", "Failed": "#cf222e"}
+            style = f' style="color:{colour[phase]}"' if phase in colour else ""
+            self.status.value = (
+                f"submitted <code>{views.esc(name)}</code>: <b{style}>{views.esc(words)}</b>"
+            )
+
+        report("", "submitted, waiting for the scheduler")
+        self.follower = PodFollower(workload, report, interval=self.follow_interval).start()
+
+    def close(self) -> None:
+        if self.follower is not None:
+            self.follower.stop()
+        super().close()
+
+
+def verdict_html(plan: Plan) -> str:
+    """The plan at a glance: a green or red line, and for a miss the engine's why-not."""
+    line = views.esc(headline(plan))
+    if plan.fits:
+        return f'<div style="padding:4px 0"><b style="color:#2da44e">{line}</b></div>'
+    # The first line of why_not() is the headline's cause; the rest are its numbers per node
+    # and the suggestion.
+    rest = "\n".join(plan.why_not().splitlines()[1:]).strip("\n")
+    detail = _lines(rest) if rest else ""
+    return f'<div style="padding:4px 0"><b style="color:#cf222e">{line}</b>{detail}</div>'
 
 
 def _client_submit(client: Client) -> Submit:

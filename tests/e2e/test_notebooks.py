@@ -70,9 +70,9 @@ def test_quickstart_requests_a_slice_and_shows_where_it_landed(
     # vslice-smoke on the real node: what the process in the container saw of its slice
     assert "device.0.name=NVIDIA-L4" in text
     assert "device.0.total_mib=4096" in text and "oom_error=CUDA_ERROR_OUT_OF_MEMORY" in text
-    assert "1 GPU, 90 GiB does not fit:" in text
+    assert "1 GPU, 90 GiB: does not fit: asks 90 GiB per GPU" in text
     for node in lab.record.nodes:
-        assert f"{node}: not enough free GPU memory" in text
+        assert f"{node}: its largest GPU has" in text  # each node's number, in words
     assert "memory: memory percentage must be a whole number 1..100%, got '200%'" in text
     assert "cores: cores must be a whole number 0..100, got 120" in text
     assert "gpu_type: gpu_type 'nosuchgpu' matches no GPU model" in text

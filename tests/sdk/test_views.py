@@ -149,3 +149,24 @@ def test_an_over_booked_gpu_is_shown_as_such_with_its_numbers() -> None:
     assert "OVERBOOKED" in text and "24576/16384" in text
     assert "OVERBOOKED" in ClusterSnapshot.read([small], pods).gpus()._repr_html_()
     assert not next(iter(ClusterSnapshot.read([small], pods[:1]).gpus())).overbooked
+
+
+def test_the_gpu_table_wraps_long_pod_and_gpu_names_instead_of_clipping_them(
+    snapshot: ClusterSnapshot,
+) -> None:
+    output = snapshot.gpus()._repr_html_()
+    assert '<div class="vslice-pods"><code>team-a/train</code>, <code>team-b/infer</code>' in output
+    assert '<div class="vslice-gpu">' in output
+    css = views.stylesheet()
+    assert "table-layout: auto" in css  # JupyterLab's fixed layout squeezed the columns
+    assert re.search(r"\.vslice-pods \{[^}]*white-space: normal", css)
+
+
+def test_the_gpu_table_shows_memory_in_one_unit_and_cores_as_a_share(
+    snapshot: ClusterSnapshot,
+) -> None:
+    output = snapshot.gpus()._repr_html_()
+    assert "60 / 80 GiB" in output and "10 / 15 GiB" in output
+    assert "<span>80%</span>" in output
+    assert views.gib_pair(81559, 83519) == "79.6 / 81.6 GiB"
+    assert views.cores_label(30, 200) == "30/200%"

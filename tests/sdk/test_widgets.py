@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import threading
-from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from api_objects import A100, cluster_objects, node, pod
 from vslice import InvalidRequest, Slice, VsliceError
 from vslice.snapshot import ClusterSnapshot
-from vslice.widgets import ANY_MODEL, ClusterView, SlicePicker
+from vslice.widgets import ANY_MODEL, ClusterView, PodFollower, SlicePicker, pod_status
+
+
+def pending_pod(namespace: str, name: str, memory_mib: int) -> dict[str, Any]:
+    """A pod asking for one GPU slice that no scheduler has placed."""
+    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(memory_mib)}
+    return {
+        "metadata": {"namespace": namespace, "name": name, "uid": f"uid-{name}"},
+        "spec": {"containers": [{"name": "main", "resources": {"limits": limits}}]},
+        "status": {"phase": "Pending"},
+    }
 
 
 class ChangingCluster:
@@ -27,6 +37,26 @@ class ChangingCluster:
         return ClusterSnapshot.read(self.nodes, self.pods)
 
 
+class FakeWorkload:
+    """A submitted pod whose phases come from a list, one per read."""
+
+    def __init__(self, *pods: dict[str, Any] | None) -> None:
+        self.name, self.namespace = "vslice-abc12", "team-a"
+        self.pods = list(pods)
+        self.reads = 0
+
+    def pod(self) -> dict[str, Any] | None:
+        self.reads += 1
+        return self.pods[min(self.reads, len(self.pods)) - 1]
+
+
+def phase(name: str, node_name: str | None = None) -> dict[str, Any]:
+    return {"spec": {"nodeName": node_name}, "status": {"phase": name}}
+
+
+# --- ClusterView -------------------------------------------------------------------------
+
+
 def test_the_cluster_view_shows_one_bar_row_per_gpu_with_its_pods() -> None:
     view = ClusterView(source=ChangingCluster())
     rows = view.rows.children
@@ -34,11 +64,50 @@ def test_the_cluster_view_shows_one_bar_row_per_gpu_with_its_pods() -> None:
     first = rows[0]
     assert (first.memory.value, first.memory.max) == (61440.0, 81920.0)
     assert (first.cores.value, first.cores.max) == (80.0, 100.0)
-    assert first.memory_label.value == "60 GiB / 80 GiB"
-    assert first.slots.value == "slots 2/4"
+    assert first.memory_label.value == "60 / 80 GiB"
+    assert first.cores_label.value == "80%"
+    assert first.slots.value == "2/4"
     assert "team-a/train" in first.pods.value and "team-b/infer" in first.pods.value
     assert first.cores.bar_style == "warning"
     assert "2 nodes, 3 GPUs" in view.header.value
+
+
+def test_every_bar_has_a_tooltip_with_each_pods_share() -> None:
+    first = ClusterView(source=ChangingCluster()).rows.children[0]
+    assert first.memory.tooltip.splitlines() == [
+        "memory: 60 GiB of 80 GiB allocated",
+        "team-a/train: 40 GiB, 50% cores",
+        "team-b/infer: 20 GiB, 30% cores",
+    ]
+    assert "team-a/train: 40 GiB, 50% cores" in first.cores.tooltip
+    assert 'title="team-b/infer: 20 GiB, 30% cores"' in first.pods.value
+    assert "40 GiB, 50%" in first.pods.value
+
+
+def test_columns_have_headers_fixed_widths_and_a_legend() -> None:
+    view = ClusterView(source=ChangingCluster())
+    headers = [h.value for h in view.columns.children]
+    assert headers[:4] == ["<b>GPU</b>", "<b>memory (GiB)</b>", "<b>cores</b>", "<b>slots</b>"]
+    widths = {tuple(c.layout.width for c in bar.children[:6]) for bar in view.rows.children}
+    assert len(widths) == 1 and all(w.endswith("px") for w in widths.pop())
+    assert "GiB allocated / GPU memory" in view.legend.value and "full" in view.legend.value
+
+
+def test_the_cluster_view_lists_pending_pods_with_the_engines_reason() -> None:
+    source = ChangingCluster()
+    source.pods.append(pending_pod("team-c", "huge", 102400))
+    view = ClusterView(source=source)
+    assert [p.holder for p in view.pending_pods] == ["team-c/huge"]
+    assert "Pending (1)" in view.pending.value and "team-c/huge" in view.pending.value
+    assert "1 GPU, 100 GiB</span>" in view.pending.value
+    reason = view.pending_pods[0].plan.why_not().splitlines()[0]
+    assert reason and reason in view.pending.value.replace("&#x27;", "'")
+    assert "1 pending" in view.header.value
+
+
+def test_without_pending_pods_the_view_says_so() -> None:
+    view = ClusterView(source=ChangingCluster())
+    assert view.pending_pods == [] and "No pod waits for a GPU" in view.pending.value
 
 
 def test_a_refresh_updates_bars_in_place_and_follows_new_gpus() -> None:
@@ -47,7 +116,7 @@ def test_a_refresh_updates_bars_in_place_and_follows_new_gpus() -> None:
     kept = view.bars["GPU-node-a-1"]
     source.pods.append(pod("team-c", "new", "node-a", [("GPU-node-a-1", 1, 81920, 100)]))
     source.nodes.append(node("node-c", A100, 40960, 1))
-    view.refresh()
+    view.refresh_button.click()
     assert view.bars["GPU-node-a-1"] is kept
     assert kept.memory.value == 81920.0 and kept.memory.bar_style == "danger"
     assert [bar.row.node for bar in view.rows.children][-1] == "node-c"
@@ -89,50 +158,142 @@ def test_the_cluster_view_needs_a_client_or_a_source() -> None:
         ClusterView()
 
 
+# --- SlicePicker ---------------------------------------------------------------------------
+
+
 def test_picker_choices_come_from_the_cluster() -> None:
     picker = SlicePicker(source=ChangingCluster())
     labels = [label for label, _ in picker.model.options]
     assert labels == [ANY_MODEL, f"{A100} (up to 80 GiB free)", "Tesla-T4 (up to 5 GiB free)"]
-    assert picker.memory.max == 81920
+    assert picker.memory.description == "memory GiB" and picker.memory.max == 80.0
     assert picker.gpus.max == 2
+
+
+def test_the_memory_range_follows_the_chosen_model() -> None:
+    picker = SlicePicker(source=ChangingCluster())
+    picker.memory.value = 40.0
+    picker.model.value = "Tesla-T4"
+    assert picker.memory.max == 15.0 and picker.memory.value == 15.0
+    assert picker.gpus.max == 1
+    assert picker.plan is not None and picker.plan.slice == picker.slice
+    assert picker.slice is not None and picker.slice.memory_mib == 15 * 1024
+    picker.model.value = ""
+    assert picker.memory.max == 80.0
 
 
 def test_picker_shows_the_plan_and_enables_submit_only_when_it_fits() -> None:
     submitted: list[tuple[Slice, str, str]] = []
     picker = SlicePicker(
-        source=ChangingCluster(), submit=lambda s, i, c: submitted.append((s, i, c)) or None
+        source=ChangingCluster(),
+        submit=lambda s, i, c: submitted.append((s, i, c)) or FakeWorkload(),  # type: ignore[arg-type,func-returns-value]
     )
     picker.model.value = "Tesla-T4"
-    picker.memory.value = 4096
+    picker.memory.value = 4.0
     assert picker.plan is not None and picker.plan.fits and picker.plan.node == "node-b"
     assert not picker.submit_button.disabled
     assert "fits on node-b" in picker.plan_view.value
+    assert "node-b" in picker.verdict.value
 
-    picker.memory.value = 8192
+    picker.memory.value = 8.0
     assert picker.plan is not None and not picker.plan.fits
     assert picker.submit_button.disabled
     assert "insufficient_memory" in picker.plan_view.value
     assert picker.submit() is None and submitted == []
 
 
-def test_picker_submits_the_slice_it_shows() -> None:
+def test_the_why_not_text_shows_as_lines_not_escapes() -> None:
+    picker = SlicePicker(source=ChangingCluster())
+    picker.memory.value = 80.0
+    picker.gpus.value = 2
+    assert picker.plan is not None and not picker.plan.fits
+    why = picker.plan.why_not()
+    assert len(why.splitlines()) > 1
+    assert "\\n" not in picker.verdict.value and "white-space:pre-wrap" in picker.verdict.value
+    for line in why.splitlines()[1:]:
+        assert line.strip().replace("'", "&#x27;") in picker.verdict.value
+
+
+def test_picker_submits_the_slice_it_shows_once_per_request() -> None:
     submitted: list[tuple[Slice, str, str]] = []
+    workload = FakeWorkload(phase("Pending"), phase("Running", "node-a"))
 
-    def submit(wanted: Slice, image: str, command: str) -> SimpleNamespace:
+    def submit(wanted: Slice, image: str, command: str) -> FakeWorkload:
         submitted.append((wanted, image, command))
-        return SimpleNamespace(name="vslice-abc12")
+        return workload
 
-    picker = SlicePicker(source=ChangingCluster(), submit=submit)  # type: ignore[arg-type]
+    source = ChangingCluster()
+    picker = SlicePicker(source=source, submit=submit, follow_interval=0.01)  # type: ignore[arg-type]
     picker.model.value = A100
-    picker.memory.value = 10240
+    picker.memory.value = 10.0
     picker.cores.value = 30
     picker.image.value = "busybox"
     picker.command.value = "sleep 1"
+    reads = source.calls
     handle = picker.submit()
+    assert handle is picker.workload is workload
+    assert source.calls == reads + 1  # the plan is made again against a fresh reading
     ((wanted, image, command),) = submitted
-    assert handle is picker.workload and "vslice-abc12" in picker.status.value
     assert wanted == Slice(10240, cores=30, gpu_type=A100, gpu_policy="spread")
     assert (image, command) == ("busybox", "sleep 1")
+
+    assert picker.submit_button.disabled
+    picker.submit_button.click()
+    picker.submit_button.click()
+    assert len(submitted) == 1
+    picker.memory.value = 12.0
+    assert not picker.submit_button.disabled
+    assert picker.follower is not None
+    picker.follower.thread.join(5)
+    assert "Running on node-a" in picker.status.value and "vslice-abc12" in picker.status.value
+    picker.close()
+
+
+def test_a_failed_submit_can_be_tried_again() -> None:
+    def submit(wanted: Slice, image: str, command: str) -> Any:
+        raise VsliceError("quota exceeded")
+
+    picker = SlicePicker(source=ChangingCluster(), submit=submit)
+    assert picker.submit() is None
+    assert "quota exceeded" in picker.status.value and not picker.submit_button.disabled
+
+
+def test_the_status_line_follows_the_pod_until_it_runs_or_fails() -> None:
+    seen: list[str] = []
+    unscheduled = phase("Pending")
+    unscheduled["status"]["conditions"] = [
+        {"type": "PodScheduled", "status": "False", "message": "0/4 nodes are available"}
+    ]
+    workload = FakeWorkload(
+        None, unscheduled, phase("Pending", "node-a"), phase("Running", "node-a")
+    )
+    follower = PodFollower(workload, lambda _p, words: seen.append(words), interval=0.01)
+    follower.start().thread.join(5)
+    assert seen == [
+        "waiting for its pod to be created",
+        "Pending, no node yet: 0/4 nodes are available",
+        "Pending on node-a",
+        "Running on node-a",
+    ]
+    assert not follower.running and workload.reads == 4
+    failed = phase("Failed", "node-a")
+    failed["status"]["message"] = "OOMKilled"
+    assert pod_status(failed) == ("Failed", "Failed on node-a: OOMKilled")
+
+
+def test_following_stops_when_the_picker_closes() -> None:
+    workload = FakeWorkload(phase("Pending"))
+    picker = SlicePicker(
+        source=ChangingCluster(),
+        submit=lambda *_: workload,  # type: ignore[arg-type,return-value]
+        follow_interval=0.01,
+    )
+    picker.submit()
+    assert picker.follower is not None and picker.follower.running
+    picker.close()
+    assert not picker.follower.running
+    reads = workload.reads
+    threading.Event().wait(0.1)
+    assert workload.reads == reads
 
 
 def test_picker_without_a_submitter_only_plans() -> None:
