@@ -1,8 +1,10 @@
 """Cost the shim adds to the driver calls it intercepts, against the fake driver.
 
-Runs shim/build/tests/bench with and without libvslice.so preloaded, interleaved, several
-rounds. The machine is shared, so each side's best round is taken as its cost (the least
-disturbed run) and the ratio is best-with over best-without; medians are printed beside it.
+Runs shim/build/tests/bench with and without libvslice.so preloaded, several rounds. Each round
+runs both sides back to back (alternating which goes first, so a drift in the machine's load
+hits both alike) and gives one paired ratio, with / without. The figure reported is the median
+of the paired ratios, printed with their spread (lowest..highest) and the median time of each
+side: one run's median is what to compare, and the spread says how far to trust it.
 
 * alloc/free: one cuMemAlloc_v2 + cuMemFree_v2 pair with a memory limit and a shared region
   set (the full accounting path: reserve under the region lock, remember, release). Two sizes:
@@ -13,13 +15,15 @@ disturbed run) and the ratio is best-with over best-without; medians are printed
 * start-up: 200 processes of one container started at once, each attaching to the shared
   region and allocating (wall time until all have exited, with and without the shim).
 
-Where ``perf`` can count user-space instructions, the same comparison is also made in
-instructions per call (the difference between a run of 2N and one of N calls, so start-up
-cost cancels out), which a loaded machine does not disturb.
+Instructions per call, which a loaded machine does not disturb, are counted with ``perf`` where
+it can count user-space instructions, else with valgrind's callgrind where it is installed
+(the difference between a run of 2N and one of N calls, so start-up cost cancels out).
 
-The last line is ``shim alloc_free_ratio=<x> launch_ratio=<y>`` (alloc/free at 64 KiB, time).
-Usage: ``.venv/bin/python benchmarks/shim.py [--rounds N] [--driver fake|real]``; with
-``--driver real`` (tests/gpu/run.sh) the same programs run on the machine's NVIDIA driver.
+The last line is ``shim alloc_free_ratio=<x> launch_ratio=<y>`` (median paired ratios: alloc/free
+at 64 KiB, launch), after ``shim alloc_free_4thr_ratio=<x> spread=<lo>..<hi>`` lines per row.
+Usage: ``.venv/bin/python benchmarks/shim.py [--rounds N] [--driver fake|real]
+[--no-instructions]``; with ``--driver real`` (tests/gpu/run.sh) the same programs run on the
+machine's NVIDIA driver.
 """
 
 from __future__ import annotations
@@ -68,42 +72,80 @@ def run(args: list[str], shim: bool, region: Path) -> float:
     return float(out.split("ns=")[1].split()[0])
 
 
-def instructions(args: list[str], shim: bool, region: Path) -> float | None:
-    """User-space instructions per call: (count for 2N calls - count for N calls) / N."""
-    if shutil.which("perf") is None:
+def _perf_count(cmd: list[str], env: dict[str, str]) -> int | None:
+    done = subprocess.run(
+        ["perf", "stat", "-x,", "-e", "instructions:u", *cmd], env=env, capture_output=True,
+        text=True,
+    )  # fmt: skip
+    fields = done.stderr.strip().splitlines()[-1].split(",") if done.stderr.strip() else []
+    if done.returncode != 0 or not fields or not fields[0].isdigit():
         return None
-    counts = []
-    for calls in (int(args[1]), 2 * int(args[1])):
-        env = environment(shim, region)
-        cmd = ["perf", "stat", "-x,", "-e", "instructions:u", str(BUILD / "tests" / "bench")]
+    return int(fields[0])
+
+
+def _callgrind_count(cmd: list[str], env: dict[str, str]) -> int | None:
+    with tempfile.TemporaryDirectory() as tmp:
         done = subprocess.run(
-            [*cmd, args[0], str(calls), *args[2:]], env=env, capture_output=True, text=True
-        )
-        fields = done.stderr.strip().splitlines()[-1].split(",") if done.stderr.strip() else []
-        if done.returncode != 0 or not fields or not fields[0].isdigit():
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/out", *cmd],
+            env=env, capture_output=True, text=True,
+        )  # fmt: skip
+    for line in done.stderr.splitlines():
+        if "refs:" in line:
+            return int(line.split("refs:")[1].strip().replace(",", ""))
+    return None
+
+
+def counter() -> str | None:
+    """The instruction counter: perf if it counts user-space instructions here, else
+    callgrind if valgrind is installed, else None."""
+    if shutil.which("perf") and _perf_count(["true"], dict(os.environ)) is not None:
+        return "perf"
+    return "callgrind" if shutil.which("valgrind") else None
+
+
+def instructions(args: list[str], shim: bool, region: Path, tool: str) -> float | None:
+    """User-space instructions per call: (count for 2N calls - count for N calls) / N."""
+    calls = int(args[1]) // (50 if tool == "callgrind" else 1)  # callgrind runs ~50x slower
+    counts = []
+    for n in (calls, 2 * calls):
+        cmd = [str(BUILD / "tests" / "bench"), args[0], str(n), *args[2:]]
+        count_with = _perf_count if tool == "perf" else _callgrind_count
+        count = count_with(cmd, environment(shim, region))
+        if count is None:
             return None
-        counts.append(int(fields[0]))
-    return (counts[1] - counts[0]) / int(args[1])
+        counts.append(count)
+    return (counts[1] - counts[0]) / calls
 
 
-def measure(name: str, args: list[str], rounds: int, region: Path) -> float:
-    plain, shimmed = [], []
-    for _ in range(rounds):
-        plain.append(run(args, False, region))
-        shimmed.append(run(args, True, region))
-    without, with_shim = min(plain), min(shimmed)
-    ratio = with_shim / without
+def measure(name: str, args: list[str], rounds: int, region: Path, tool: str | None) -> float:
+    plain, shimmed, ratios = [], [], []
+    for number in range(rounds):
+        if number % 2 == 0:
+            without = run(args, False, region)
+            with_shim = run(args, True, region)
+        else:
+            with_shim = run(args, True, region)
+            without = run(args, False, region)
+        plain.append(without)
+        shimmed.append(with_shim)
+        ratios.append(with_shim / without)
+    ratio = statistics.median(ratios)
+    without, with_shim = statistics.median(plain), statistics.median(shimmed)
     print(
         f"{name:<24} without {without:9.1f} ns  with {with_shim:9.1f} ns"
         f"  added {with_shim - without:7.1f} ns  ratio {ratio:.2f}"
-        f"  (medians {statistics.median(plain):.1f} / {statistics.median(shimmed):.1f} ns)"
+        f"  (paired ratios {min(ratios):.2f}..{max(ratios):.2f}, medians of {rounds} rounds)"
     )
-    counted = (instructions(args, False, region), instructions(args, True, region))
-    if counted[0] and counted[1]:
-        print(
-            f"{'':<24} instructions per call: without {counted[0]:.0f}, with {counted[1]:.0f}"
-            f", ratio {counted[1] / counted[0]:.2f}"
-        )
+    if tool is not None:
+        counted = (instructions(args, False, region, tool), instructions(args, True, region, tool))
+        if counted[0] and counted[1]:
+            print(
+                f"{'':<24} instructions per call ({tool}): without {counted[0]:.0f}, with"
+                f" {counted[1]:.0f}, added {counted[1] - counted[0]:.0f},"
+                f" ratio {counted[1] / counted[0]:.2f}"
+            )
+    key = name.split("(")[0].strip().replace("/", "_").replace(" ", "_").lower()
+    print(f"shim {key}_ratio={ratio:.2f} spread={min(ratios):.2f}..{max(ratios):.2f}")
     return ratio
 
 
@@ -132,18 +174,24 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--driver", choices=["fake", "real"], default="fake")
+    parser.add_argument(
+        "--no-instructions", action="store_true", help="skip the instruction counts"
+    )
     options = parser.parse_args()
     rounds = options.rounds
     REAL_DRIVER = options.driver == "real"
     kernel = "empty" if REAL_DRIVER else "fake_kernel_0"
-    print(f"driver: {options.driver}")
+    tool = None if options.no_instructions else counter()
+    print(f"driver: {options.driver}, instruction counts: {tool or 'none'}")
     build()
     with tempfile.TemporaryDirectory() as tmp:
         region = Path(tmp) / "region"
-        small = measure("alloc/free 64 KiB", ["alloc", "200000", "64k"], rounds, region)
-        measure("alloc/free 4 MiB", ["alloc", "50000", "4m"], rounds, region)
-        measure("alloc/free 4 thr 64 KiB", ["alloc", "50000", "64k", "4"], rounds, region)
-        launch = measure("launch (no SM limit)", ["launch", "2000000", kernel], rounds, region)
+        small = measure("alloc/free 64 KiB", ["alloc", "200000", "64k"], rounds, region, tool)
+        measure("alloc/free 4 MiB", ["alloc", "50000", "4m"], rounds, region, tool)
+        measure("alloc/free 4 thr 64 KiB", ["alloc", "50000", "64k", "4"], rounds, region, tool)
+        launch = measure(
+            "launch (no SM limit)", ["launch", "2000000", kernel], rounds, region, tool
+        )
         if not REAL_DRIVER:
             startup(200, region)
     print(f"shim alloc_free_ratio={small:.2f} launch_ratio={launch:.2f}")

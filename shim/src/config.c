@@ -303,7 +303,10 @@ static void read_config(void) {
     }
 }
 
-const struct vs_config *vs_config(void) {
+const struct vs_config *vs_config_ready;
+
+const struct vs_config *vs_config_read(void) {
     pthread_once(&config_once, read_config);
+    __atomic_store_n(&vs_config_ready, &config, __ATOMIC_RELEASE);
     return &config;
 }

@@ -55,7 +55,12 @@ static void resolve_library(enum vs_lib lib, const char *soname) {
 static void resolve_cuda(void) { resolve_library(VS_LIB_CUDA, "libcuda.so.1"); }
 static void resolve_nvml(void) { resolve_library(VS_LIB_NVML, "libnvidia-ml.so.1"); }
 
-void vs_cuda_ready(void) { pthread_once(&cuda_once, resolve_cuda); }
+int vs_cuda_resolved;
+
+void vs_cuda_resolve(void) {
+    pthread_once(&cuda_once, resolve_cuda);
+    __atomic_store_n(&vs_cuda_resolved, 1, __ATOMIC_RELEASE);
+}
 void vs_nvml_ready(void) { pthread_once(&nvml_once, resolve_nvml); }
 
 static const struct vs_hook_entry *find_by_name(const char *name) {

@@ -201,13 +201,20 @@ static void cpu_relax(void) {
 #endif
 }
 
+/* The owner word of glibc's mutex (0 = free), read only as a hint while spinning. */
+static int looks_held(vs_region *r) {
+    return __atomic_load_n(&lock_of(r)->__data.__lock, __ATOMIC_RELAXED) != 0;
+}
+
 /* Critical sections are a few loads and stores: spin briefly before sleeping in the kernel,
-   which is what makes threads allocating at once cheap. */
+   which is what makes threads allocating at once cheap. The spin only reads the lock word and
+   tries to take it when it looks free: a trylock is a write, and waiters writing the line over
+   and over would take it away from the holder on every attempt. */
 int vs_region_lock(void) {
-    int rc = EBUSY;
+    int rc = pthread_mutex_trylock(lock_of(region));
     for (int i = 0; i < 200 && rc == EBUSY; i++) {
-        rc = pthread_mutex_trylock(lock_of(region));
-        if (rc == EBUSY) cpu_relax();
+        cpu_relax();
+        if (!looks_held(region)) rc = pthread_mutex_trylock(lock_of(region));
     }
     if (rc == EBUSY) rc = pthread_mutex_lock(lock_of(region));
     if (rc == EOWNERDEAD) {
@@ -273,8 +280,15 @@ static void attach(void) {
     pthread_atfork(NULL, NULL, after_fork_in_child);
 }
 
+/* Every allocation asks: after the first time the answer is one load (published once the
+   pthread_once has finished, so no thread reads a half-attached region). */
+static int attach_done;
+
 int vs_region_attached(void) {
-    pthread_once(&attach_once, attach);
+    if (__builtin_expect(!__atomic_load_n(&attach_done, __ATOMIC_ACQUIRE), 0)) {
+        pthread_once(&attach_once, attach);
+        __atomic_store_n(&attach_done, 1, __ATOMIC_RELEASE);
+    }
     return attached;
 }
 
@@ -342,8 +356,13 @@ static int register_device(CUdevice ordinal, const uint8_t uuid[16]) {
 }
 
 int vs_device_index(CUdevice ordinal) {
-    if (ordinal < 0 || ordinal >= 64 || !vs_region_ready()) return -1;
+    if (ordinal < 0 || ordinal >= 64) return -1;
+    /* Every allocation comes here: a device already registered, while this process holds its
+       slot, needs no other check (both are cleared in a forked child, the slot at exit). */
     int known = __atomic_load_n(&device_map[ordinal], __ATOMIC_ACQUIRE);
+    if (__builtin_expect(known != 0 && slot != NULL, 1)) return known - 1;
+    if (!vs_region_ready()) return -1;
+    known = __atomic_load_n(&device_map[ordinal], __ATOMIC_ACQUIRE);
     if (known != 0) return known - 1;
     CUuuid uuid;
     if (vs_real.cuDeviceGetUuid == NULL || vs_real.cuDeviceGetUuid(&uuid, ordinal) != CUDA_SUCCESS)
@@ -381,33 +400,43 @@ uint32_t vs_sm_limit(int dev) {
     return index < 0 ? 0 : vs_config()->sm_limit[index];
 }
 
-static int fits(int dev, uint64_t bytes) {
-    uint64_t limit = 0, used = region->devices[dev].mem_used;
-    return !limit_of(dev, &limit) || (used <= limit && bytes <= limit - used);
+/* limited = 0: no memory limit for the device (everything fits). */
+static int fits(int dev, uint64_t bytes, int limited, uint64_t limit) {
+    uint64_t used = region->devices[dev].mem_used;
+    return !limited || (used <= limit && bytes <= limit - used);
 }
 
+/* The slot's last_seen_ns ("last allocation or free") is read from the clock before the lock is
+   taken, so the critical section stays a few loads and stores. */
 int vs_reserve(int dev, uint64_t bytes, int context) {
+    uint64_t now = wall_ns(), limit = 0;
+    int limited = limit_of(dev, &limit); /* this process's own limit: no need to hold the lock */
     if (vs_region_lock() != 0) return 0; /* a broken lock never fails the user's program */
     vs_region_device *d = &region->devices[dev];
-    if (!context && !fits(dev, bytes)) reclaim(1); /* memory of a killed process comes back */
-    int ok = context || fits(dev, bytes);
+    int ok = context || fits(dev, bytes, limited, limit);
+    if (!ok) {
+        reclaim(1); /* memory of a killed process comes back */
+        ok = fits(dev, bytes, limited, limit);
+    }
     if (ok) {
         d->mem_used += bytes;
         slot->used[dev] += bytes;
         if (context) slot->ctx[dev] += bytes;
     }
-    slot->last_seen_ns = wall_ns();
+    slot->last_seen_ns = now;
     vs_region_unlock();
     return ok ? 0 : -1;
 }
 
 void vs_release(int dev, uint64_t bytes) {
-    if (slot == NULL || vs_region_lock() != 0) return;
+    if (slot == NULL) return;
+    uint64_t now = wall_ns();
+    if (vs_region_lock() != 0) return;
     vs_region_device *d = &region->devices[dev];
     uint64_t mine = slot->used[dev] < bytes ? slot->used[dev] : bytes;
     slot->used[dev] -= mine;
     d->mem_used = d->mem_used < mine ? 0 : d->mem_used - mine;
-    slot->last_seen_ns = wall_ns();
+    slot->last_seen_ns = now;
     vs_region_unlock();
 }
 

@@ -29,7 +29,14 @@ struct vs_hook_entry {
     enum vs_lib lib;
     int exported; /* 1 = hook, 0 = used only */
 };
-VS_INTERNAL void vs_cuda_ready(void); /* resolves the driver's entry points once */
+/* Resolves the driver's entry points once. Hooks call it on every call, so after the first
+   resolution it costs one load: the flag is set only once pthread_once has finished. */
+extern int vs_cuda_resolved VS_INTERNAL;
+VS_INTERNAL void vs_cuda_resolve(void);
+static inline void vs_cuda_ready(void) {
+    if (__builtin_expect(!__atomic_load_n(&vs_cuda_resolved, __ATOMIC_ACQUIRE), 0))
+        vs_cuda_resolve();
+}
 VS_INTERNAL void vs_nvml_ready(void); /* resolves NVML's entry points once */
 
 /* Set while the shim calls into the driver, so driver-internal calls pass straight through. */
@@ -59,7 +66,13 @@ struct vs_config {
     const char *region_path;             /* NULL = private accounting */
     const char *limits_file;             /* NULL = limits from the environment */
 };
-VS_INTERNAL const struct vs_config *vs_config(void);
+/* Parsed on first use; afterwards one load (the pointer is published after pthread_once). */
+extern const struct vs_config *vs_config_ready VS_INTERNAL;
+VS_INTERNAL const struct vs_config *vs_config_read(void);
+static inline const struct vs_config *vs_config(void) {
+    const struct vs_config *config = __atomic_load_n(&vs_config_ready, __ATOMIC_ACQUIRE);
+    return __builtin_expect(config != NULL, 1) ? config : vs_config_read();
+}
 VS_INTERNAL int vs_parse_size(const char *text, uint64_t *out);
 VS_INTERNAL int vs_parse_percent(const char *text, uint32_t *out);
 
