@@ -2,9 +2,11 @@
 
 For each cluster size a fresh lab is started (``vslice_lab``, the code of ``vslice lab up``)
 with N simulated nodes of 8 GPUs x 10 slots each. Every node also advertises a plain extended
-resource, ``example.com/plain-gpu: 80``, which the extender does not manage.
+resource, ``example.com/plain-gpu: 80``, which the extender does not manage. The lab's
+extender runs with leader election (one replica holding the Lease: a bind is one API write,
+no node lock); ``--node-locks`` measures the node-lock mode instead.
 
-Each measurement: kube-scheduler is paused (SIGSTOP), P pods are created (through the webhook
+Throughput: kube-scheduler is paused (SIGSTOP), P pods are created (through the webhook
 when it runs), the scheduler is resumed (SIGCONT) and the clock runs until the last pod is
 bound, as seen on a watch. So creation speed of this script does not count, only scheduling:
 
@@ -12,20 +14,29 @@ bound, as seen on a watch. So creation speed of this script does not count, only
 - extender: pods asking ``nvidia.com/gpu: 1, nvidia.com/gpumem: 1024, nvidia.com/gpucores: 5``,
             sent to the vslice extender (filter, then bind with the allocation annotation).
 
-Run: ``.venv/bin/python benchmarks/scheduling.py [--sizes 100 1000] [--pods 500]``.
+Latency: with the scheduler running, L pods are created at a steady rate (``--rate``, well
+below either path's throughput) and each pod's time from its creation (the create call's
+return) to its bind (the watch event) is taken; p50 and p99 are printed for both paths.
+
+Run: ``.venv/bin/python benchmarks/scheduling.py [--sizes 1000 5000] [--pods 500]``.
 The last lines read
-``scheduling nodes=<n> plain_pods_per_s=<x> extender_pods_per_s=<y> ratio=<y/x>``.
+``scheduling nodes=<n> plain_pods_per_s=<x> extender_pods_per_s=<y> ratio=<y/x>
+plain_p50_ms=<a> plain_p99_ms=<b> extender_p50_ms=<c> extender_p99_ms=<d>``.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
+import subprocess
+import sys
 import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -81,11 +92,12 @@ def pod(name: str, limits: dict[str, str]) -> dict[str, Any]:
 
 
 class BindWatch:
-    """Counts pods of a namespace that got a node, from a watch started before the pods exist."""
+    """Records when each pod of a namespace got a node, from a watch started before the pods
+    exist."""
 
     def __init__(self, core: k8s.CoreV1Api, namespace: str, expected: int) -> None:
         self.expected = expected
-        self.bound: set[str] = set()
+        self.bound: dict[str, float] = {}
         self.done = threading.Event()
         self.last_bind = 0.0
         self._core = core
@@ -126,23 +138,71 @@ class BindWatch:
 
     def _saw(self, name: str, node: str | None) -> None:
         if node and name not in self.bound:
-            self.bound.add(name)
-            self.last_bind = time.monotonic()
+            self.last_bind = self.bound[name] = time.monotonic()
             if len(self.bound) >= self.expected:
                 self.done.set()
 
 
-def measure(
-    core: k8s.CoreV1Api, scheduler_pid: int, namespace: str, limits: dict[str, str], count: int
-) -> float:
-    """Pods/s from resuming the paused scheduler to the last bind."""
+def _namespace(core: k8s.CoreV1Api, namespace: str) -> None:
     core.create_namespace({"metadata": {"name": namespace}})
     while True:
         try:
             core.read_namespaced_service_account("default", namespace)
-            break
+            return
         except k8s.ApiException:
             time.sleep(0.1)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuMeter:
+    """CPU milliseconds per pod each lab process spent during one measurement: where the
+    time goes (the API server's share grows with every write a bind makes)."""
+
+    def __init__(self, processes: dict[str, int]) -> None:
+        self._processes = processes
+        self._start = {name: cpu_seconds(pid) for name, pid in processes.items()}
+
+    def per_pod(self, pods: int) -> str:
+        spent = {
+            name: (cpu_seconds(pid) - self._start[name]) * 1000 / pods
+            for name, pid in self._processes.items()
+        }
+        shown = sorted(((ms, name) for name, ms in spent.items() if ms >= 0.05), reverse=True)
+        return ", ".join(f"{name} {ms:.2f}" for ms, name in shown)
+
+
+def _sampler(profile: Path | None, pid: int | None) -> subprocess.Popen[bytes] | None:
+    if profile is None or pid is None:
+        return None
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    if not Path(spy).exists():
+        raise SystemExit("--profile needs py-spy (pip install py-spy)")
+    command = [spy, "record", "--pid", str(pid), "--format", "raw", "--output", str(profile)]
+    sampler = subprocess.Popen([*command, "--rate", "200", "--nonblocking"])
+    time.sleep(1.0)  # attached before the scheduler resumes
+    return sampler
+
+
+def measure(
+    core: k8s.CoreV1Api,
+    scheduler_pid: int,
+    namespace: str,
+    limits: dict[str, str],
+    count: int,
+    processes: dict[str, int] | None = None,
+    profile: Path | None = None,
+) -> float:
+    """Pods/s from resuming the paused scheduler to the last bind; with ``profile``, the
+    extender's stacks are sampled meanwhile (py-spy, collapsed-stack text)."""
+    _namespace(core, namespace)
     binds = BindWatch(core, namespace, count)
     time.sleep(0.5)  # let the watch start
     os.kill(scheduler_pid, signal.SIGSTOP)
@@ -157,14 +217,64 @@ def measure(
                 )
             )
     finally:
+        sampler = _sampler(profile, (processes or {}).get("vslice-scheduler"))
+        meter = CpuMeter(processes or {})
         started = time.monotonic()
         os.kill(scheduler_pid, signal.SIGCONT)
     if not binds.done.wait(timeout=600):
         raise SystemExit(f"only {len(binds.bound)} of {count} pods were bound within 600 s")
+    if sampler is not None:
+        sampler.send_signal(signal.SIGINT)
+        sampler.wait(timeout=60)
+        print(f"  extender profile: {profile}", flush=True)
+    if processes:
+        print(f"  {namespace} CPU ms per pod: {meter.per_pod(count)}", flush=True)
     return count / (binds.last_bind - started)
 
 
-def run_size(nodes: int, pods: int) -> tuple[float, float | None]:
+def latencies(
+    core: k8s.CoreV1Api, namespace: str, limits: dict[str, str], count: int, rate: float
+) -> tuple[float, float]:
+    """p50 and p99 (ms) from a pod's creation to its bind, pods created at ``rate`` per s."""
+    _namespace(core, namespace)
+    binds = BindWatch(core, namespace, count)
+    time.sleep(0.5)
+    created: dict[str, float] = {}
+    lock = threading.Lock()
+    begin = time.monotonic()
+
+    def create(i: int) -> None:
+        time.sleep(max(0.0, begin + i / rate - time.monotonic()))
+        name = f"l{i:05d}"
+        core.create_namespaced_pod(namespace, pod(name, limits), _preload_content=False)
+        with lock:
+            created[name] = time.monotonic()
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        list(pool.map(create, range(count)))
+    if not binds.done.wait(timeout=600):
+        raise SystemExit(f"only {len(binds.bound)} of {count} pods were bound within 600 s")
+    # A bind seen before the create call returned counts as 0 ms.
+    waits = sorted(max(0.0, binds.bound[n] - t) * 1000 for n, t in created.items())
+    return waits[len(waits) // 2], waits[min(len(waits) - 1, (len(waits) * 99) // 100)]
+
+
+@dataclass
+class Result:
+    plain: float
+    plain_latency: tuple[float, float]
+    extender: float | None = None
+    extender_latency: tuple[float, float] | None = None
+
+
+def run_size(
+    nodes: int,
+    pods: int,
+    latency_pods: int,
+    rate: float,
+    node_locks: bool,
+    profile: Path | None = None,
+) -> Result:
     with tempfile.TemporaryDirectory(prefix="vslice-bench-") as tmp:
         inv = Path(tmp) / "inventory.yaml"
         inv.write_text(yaml.safe_dump(inventory(nodes)))
@@ -174,7 +284,8 @@ def run_size(nodes: int, pods: int) -> tuple[float, float | None]:
             inventory=inv,
             services=services,
             extra_node_resources={PLAIN: str(GPUS_PER_NODE * SLOTS_PER_GPU)},
-            timeout=300,
+            timeout=600,
+            extender_settings={"leader_election": not node_locks},
         )
         began = time.monotonic()
         record = lab_module.up(options)
@@ -182,38 +293,69 @@ def run_size(nodes: int, pods: int) -> tuple[float, float | None]:
         try:
             core = k8s.CoreV1Api(api_client(Layout.at(options.state_dir).kubeconfig, pool_size=32))
             scheduler = next(p.pid for p in record.processes if p.name == "kube-scheduler")
-            plain = measure(core, scheduler, "bench-plain", {PLAIN: "1"}, pods)
-            print(f"  plain:    {plain:8.1f} pods/s", flush=True)
+            processes = {p.name: p.pid for p in record.processes}
+            plain = measure(core, scheduler, "bench-plain", {PLAIN: "1"}, pods, processes)
+            plain_latency = latencies(core, "lat-plain", {PLAIN: "1"}, latency_pods, rate)
+            print(
+                f"  plain:    {plain:8.1f} pods/s, p50 {plain_latency[0]:.0f} ms, "
+                f"p99 {plain_latency[1]:.0f} ms",
+                flush=True,
+            )
+            result = Result(plain, plain_latency)
             if not services:
-                return plain, None
+                return result
             gpu = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1024", "nvidia.com/gpucores": "5"}
-            extender = measure(core, scheduler, "bench-extender", gpu, pods)
-            print(f"  extender: {extender:8.1f} pods/s", flush=True)
-            return plain, extender
+            result.extender = measure(
+                core, scheduler, "bench-extender", gpu, pods, processes, profile
+            )
+            result.extender_latency = latencies(core, "lat-extender", gpu, latency_pods, rate)
+            print(
+                f"  extender: {result.extender:8.1f} pods/s, p50 {result.extender_latency[0]:.0f}"
+                f" ms, p99 {result.extender_latency[1]:.0f} ms",
+                flush=True,
+            )
+            return result
         finally:
             lab_module.down(options.state_dir)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1000])
-    parser.add_argument("--pods", type=int, default=500, help="pods per measurement")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 5000])
+    parser.add_argument("--pods", type=int, default=500, help="pods per throughput measurement")
+    parser.add_argument("--latency-pods", type=int, default=200, help="pods per latency run")
+    parser.add_argument("--rate", type=float, default=20.0, help="latency run: pods created/s")
+    parser.add_argument(
+        "--node-locks", action="store_true", help="the extender in node-lock mode (no Lease)"
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="sample the extender with py-spy during its throughput run (PATH.<nodes>.txt)",
+    )
     args = parser.parse_args()
     results = {}
+    mode = "node locks" if args.node_locks else "leader election"
     for size in args.sizes:
-        print(f"nodes={size}, {args.pods} pods per measurement", flush=True)
-        results[size] = run_size(size, args.pods)
+        print(f"nodes={size}, {args.pods} pods per measurement, extender: {mode}", flush=True)
+        profile = args.profile.with_suffix(f".{size}.txt") if args.profile else None
+        results[size] = run_size(
+            size, args.pods, args.latency_pods, args.rate, args.node_locks, profile
+        )
     print(f"\n{'nodes':>6} {'plain pods/s':>13} {'extender pods/s':>16} {'ratio':>6}")
-    for size, (plain, extender) in results.items():
-        ext = f"{extender:16.1f}" if extender is not None else f"{'n/a':>16}"
-        ratio = f"{extender / plain:6.2f}" if extender is not None else f"{'n/a':>6}"
-        print(f"{size:>6} {plain:13.1f} {ext} {ratio}")
-    for size, (plain, extender) in results.items():
-        ext = f"{extender:.1f}" if extender is not None else "nan"
-        ratio = f"{extender / plain:.3f}" if extender is not None else "nan"
+    for size, r in results.items():
+        ext = f"{r.extender:16.1f}" if r.extender is not None else f"{'n/a':>16}"
+        ratio = f"{r.extender / r.plain:6.2f}" if r.extender is not None else f"{'n/a':>6}"
+        print(f"{size:>6} {r.plain:13.1f} {ext} {ratio}")
+    for size, r in results.items():
+        ext = f"{r.extender:.1f}" if r.extender is not None else "nan"
+        ratio = f"{r.extender / r.plain:.3f}" if r.extender is not None else "nan"
+        e50, e99 = r.extender_latency or (float("nan"), float("nan"))
         print(
-            f"scheduling nodes={size} plain_pods_per_s={plain:.1f} "
-            f"extender_pods_per_s={ext} ratio={ratio}"
+            f"scheduling nodes={size} plain_pods_per_s={r.plain:.1f} "
+            f"extender_pods_per_s={ext} ratio={ratio} "
+            f"plain_p50_ms={r.plain_latency[0]:.0f} plain_p99_ms={r.plain_latency[1]:.0f} "
+            f"extender_p50_ms={e50:.0f} extender_p99_ms={e99:.0f}"
         )
     return 0
 

@@ -13,6 +13,7 @@ from typing import Any, cast
 from kubernetes import client as k8s
 
 from vslice_kube.apierrors import translated
+from vslice_kube.responses import drained
 
 __all__ = ["bind_pod", "list_bound_pods", "read_pod"]
 
@@ -52,8 +53,10 @@ def bind_pod(
     }
     with translated(f"bind pod {namespace}/{name} to {node}"):
         # The client's Binding model cannot parse the server's answer; leave it undecoded.
-        api.create_namespaced_binding(
-            namespace, cast(Any, body), _preload_content=False, _request_timeout=timeout_s
+        drained(
+            api.create_namespaced_binding(
+                namespace, cast(Any, body), _preload_content=False, _request_timeout=timeout_s
+            )
         )
 
 

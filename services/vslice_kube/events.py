@@ -21,6 +21,7 @@ from kubernetes import client as k8s
 from vslice_core.errors import ClusterError
 
 from vslice_kube.apierrors import translated
+from vslice_kube.responses import drained
 
 __all__ = ["EventRecorder", "Subject"]
 
@@ -102,11 +103,13 @@ class EventRecorder:
             namespace = str(body["metadata"]["namespace"])
             try:
                 with translated(f"create event {body['reason']} in {namespace}"):
-                    self._api.create_namespaced_event(
-                        namespace,
-                        cast(Any, body),
-                        _preload_content=False,
-                        _request_timeout=REQUEST_TIMEOUT_S,
+                    drained(
+                        self._api.create_namespaced_event(
+                            namespace,
+                            cast(Any, body),
+                            _preload_content=False,
+                            _request_timeout=REQUEST_TIMEOUT_S,
+                        )
                     )
             except ClusterError as exc:
                 log.warning(

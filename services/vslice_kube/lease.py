@@ -43,6 +43,7 @@ from urllib3.exceptions import HTTPError
 from vslice_core.errors import ClusterError
 
 from vslice_kube.apierrors import cluster_error
+from vslice_kube.responses import drained
 
 __all__ = ["LeaderLease", "LeaseTiming"]
 
@@ -278,6 +279,6 @@ class LeaderLease:
 
     def _call(self, what: str, method: Callable[..., Any], *args: Any) -> None:
         try:
-            method(*args, _preload_content=False, _request_timeout=self._timeout)
+            drained(method(*args, _preload_content=False, _request_timeout=self._timeout))
         except (ApiException, HTTPError, OSError) as exc:
             raise cluster_error(exc, f"{what} {self._namespace}/{self._name}") from None

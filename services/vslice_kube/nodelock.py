@@ -37,6 +37,7 @@ from vslice_core.annotations import NODE_LOCK, NodeLock, decode_node_lock, encod
 from vslice_core.errors import ClusterError, DecodeError
 
 from vslice_kube.apierrors import translated
+from vslice_kube.responses import drained
 
 __all__ = ["Held", "LockBusy", "NodeLocker"]
 
@@ -176,6 +177,11 @@ class NodeLocker:
 
     def _patch(self, node: str, body: object, what: str) -> None:
         with translated(what):
-            self._api.patch_node(
-                node, cast(Any, body), _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S
+            drained(
+                self._api.patch_node(
+                    node,
+                    cast(Any, body),
+                    _preload_content=False,
+                    _request_timeout=REQUEST_TIMEOUT_S,
+                )
             )

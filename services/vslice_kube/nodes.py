@@ -16,6 +16,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from vslice_kube.apierrors import cluster_error, translated
+from vslice_kube.responses import drained
 
 
 def apply_node(api_client: k8s.ApiClient, body: Mapping[str, Any]) -> None:
@@ -23,16 +24,17 @@ def apply_node(api_client: k8s.ApiClient, body: Mapping[str, Any]) -> None:
     api: Any = k8s.CoreV1Api(api_client)  # the client's stubs do not accept dict bodies
     name = str(body["metadata"]["name"])
     try:
-        api.create_node(dict(body), _preload_content=False)
+        drained(api.create_node(dict(body), _preload_content=False))
         return
     except ApiException as exc:
         if exc.status != 409:
             raise cluster_error(exc, f"create node {name}") from exc
     metadata = {k: body["metadata"].get(k) for k in ("labels", "annotations")}
     with translated(f"update node {name}"):
-        api.patch_node(name, {"metadata": metadata}, _preload_content=False)
+        drained(api.patch_node(name, {"metadata": metadata}, _preload_content=False))
         if "status" in body:
-            api.patch_node_status(name, {"status": body["status"]}, _preload_content=False)
+            status = {"status": body["status"]}
+            drained(api.patch_node_status(name, status, _preload_content=False))
 
 
 def annotate_node(
@@ -41,9 +43,8 @@ def annotate_node(
     """Merge-patch annotations on a node (``None`` removes a key)."""
     api: Any = k8s.CoreV1Api(api_client)  # the client's stubs do not accept dict bodies
     with translated(f"annotate node {name}"):
-        api.patch_node(
-            name, {"metadata": {"annotations": dict(annotations)}}, _preload_content=False
-        )
+        body = {"metadata": {"annotations": dict(annotations)}}
+        drained(api.patch_node(name, body, _preload_content=False))
 
 
 def delete_nodes(api_client: k8s.ApiClient, names: Iterable[str]) -> None:
@@ -51,7 +52,7 @@ def delete_nodes(api_client: k8s.ApiClient, names: Iterable[str]) -> None:
     api: Any = k8s.CoreV1Api(api_client)  # the client's stubs do not accept dict bodies
     for name in names:
         try:
-            api.delete_node(name, _preload_content=False)
+            drained(api.delete_node(name, _preload_content=False))
         except ApiException as exc:
             if exc.status != 404:
                 raise cluster_error(exc, f"delete node {name}") from exc
@@ -94,4 +95,4 @@ def set_node_addresses(api_client: k8s.ApiClient, name: str, addresses: Mapping[
     api: Any = k8s.CoreV1Api(api_client)  # the client's stubs do not accept dict bodies
     body = {"status": {"addresses": [{"type": t, "address": a} for t, a in addresses.items()]}}
     with translated(f"set addresses of node {name}"):
-        api.patch_node_status(name, body, _preload_content=False)
+        drained(api.patch_node_status(name, body, _preload_content=False))

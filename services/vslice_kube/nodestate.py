@@ -20,6 +20,7 @@ from vslice_core.errors import ClusterError
 
 from vslice_kube.apierrors import translated
 from vslice_kube.client import api_client
+from vslice_kube.responses import drained
 
 __all__ = ["NodeState"]
 
@@ -58,15 +59,21 @@ class NodeState:
         replacement pod answer 409 instead of receiving another pod's record."""
         body = {"metadata": {"uid": uid, "annotations": dict(annotations)}}
         with translated(f"annotate pod {namespace}/{name}"):
-            self._api.patch_namespaced_pod(
-                name, namespace, body, _preload_content=False, _request_timeout=self._timeout
+            drained(
+                self._api.patch_namespaced_pod(
+                    name, namespace, body, _preload_content=False, _request_timeout=self._timeout
+                )
             )
 
     def annotate_node(self, node: str, annotations: Mapping[str, str | None]) -> None:
         """Merge-patch the node's annotations (``None`` removes a key)."""
         body = {"metadata": {"annotations": dict(annotations)}}
         with translated(f"annotate node {node}"):
-            self._api.patch_node(node, body, _preload_content=False, _request_timeout=self._timeout)
+            drained(
+                self._api.patch_node(
+                    node, body, _preload_content=False, _request_timeout=self._timeout
+                )
+            )
 
     def pod_event(self, namespace: str, name: str, uid: str, reason: str, message: str) -> None:
         """Create a Warning event about the pod, from component ``vslice-device-plugin``."""
@@ -91,6 +98,8 @@ class NodeState:
             "count": 1,
         }
         with translated(f"create event {reason} about pod {namespace}/{name}"):
-            self._api.create_namespaced_event(
-                namespace, body, _preload_content=False, _request_timeout=self._timeout
+            drained(
+                self._api.create_namespaced_event(
+                    namespace, body, _preload_content=False, _request_timeout=self._timeout
+                )
             )

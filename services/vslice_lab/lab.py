@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from vslice_core.errors import InvalidRequest, VsliceError
 
@@ -73,6 +74,8 @@ class LabOptions:
     shim_build: Path | None = None
     """``make -C shim``'s output for real nodes; None = ``$VSLICE_SHIM_BUILD`` or this
     checkout's ``shim/build``."""
+    extender_settings: dict[str, Any] = field(default_factory=dict)
+    """Extra ``vslice serve scheduler`` settings (the benchmark's ``leader_election``)."""
 
 
 class LabAlreadyRunning(LabError):
@@ -258,12 +261,16 @@ def _control_plane(
     ]
     if start_services:
         record.webhook = True
-        group += _services(layout, certs, admin, ports)
+        group += _services(layout, certs, admin, ports, options.extender_settings)
     return group
 
 
 def _services(
-    layout: Layout, certs: Certificates, admin: Path, ports: dict[str, int]
+    layout: Layout,
+    certs: Certificates,
+    admin: Path,
+    ports: dict[str, int],
+    extender_settings: dict[str, Any],
 ) -> list[Component]:
     # HTTPS; the verbs answer only kube-scheduler's client certificate (CN
     # system:kube-scheduler, from the lab CA). Allocations are signed with the lab's key.
@@ -278,6 +285,12 @@ def _services(
             "tls_key_file": str(certs.extender.key),
             "client_ca_file": str(certs.ca.cert),
             "client_names": ["system:kube-scheduler"],
+            # One replica holding a Lease binds with one API write, without node locks. The
+            # identity is fixed: a restarted lab extender (the old one is gone) takes its own
+            # Lease back at once instead of waiting for it to expire.
+            "leader_election": True,
+            "identity": "vslice-lab-extender",
+            **extender_settings,
         },
     )
     webhook = configs.write_settings(

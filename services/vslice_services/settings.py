@@ -127,7 +127,8 @@ class SchedulerSettings(ServiceSettings):
     )
     identity: str = Field(
         default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}",
-        description="Name this replica writes into node locks; unique per running replica.",
+        description="Name this replica writes into node locks and the Lease; unique per "
+        "running replica.",
     )
     lock_ttl_seconds: float = Field(
         default=15.0,

@@ -196,6 +196,9 @@ class Holds:
 
     def hold(self, uid: str, node: str, request: PodRequest | None = None) -> None:
         with self._lock:
+            # Re-inserted at the end: the table stays in order of ``since``, so a sweep
+            # looks only at the holds old enough to expire, not at every hold of a burst.
+            self._holds.pop(uid, None)
             self._holds[uid] = _Hold(node, time.monotonic(), request)
 
     def request(self, uid: str) -> PodRequest | None:
@@ -233,12 +236,14 @@ class Holds:
         watch lagging behind the scheduler for a pod just created."""
         now = time.monotonic()
         expired, unknown = now - self._ttl, now - grace_seconds
+        oldest = max(expired, unknown)  # nothing newer than this can go
         with self._lock:
-            gone = [
-                uid
-                for uid, h in self._holds.items()
-                if not h.bound and (h.since < expired or (h.since < unknown and not exists(uid)))
-            ]
+            gone = []
+            for uid, h in self._holds.items():
+                if h.since >= oldest:
+                    break  # in order of since: the rest are newer
+                if not h.bound and (h.since < expired or (h.since < unknown and not exists(uid))):
+                    gone.append(uid)
             for uid in gone:
                 del self._holds[uid]
             return gone
