@@ -122,8 +122,15 @@ def test_a_slice_that_cannot_fit_exits_1_with_reasons_per_node(
 ) -> None:
     result = request(lab, "-n", namespace, "--memory", "90Gi", IMAGE)
     assert result.returncode == 1
+    lines = result.stderr.splitlines()  # real lines, not one with literal "\\n" in it
+    assert lines[0] == (
+        "vslice request: 1 GPU, 90 GiB: does not fit: asks 90 GiB per GPU; "
+        "the largest GPU here has 80 GiB"
+    )
     for node in lab.record.nodes:
-        assert f"{node}: not enough free GPU memory" in result.stderr
+        (line,) = [line for line in lines if line.startswith(f"    {node}: ")]
+        assert "90 GiB" in line and "(memory" in line
+    assert result.stderr.endswith("\n") and "\\n" not in result.stderr
     assert lab.core.list_namespaced_pod(namespace).items == []
 
 
