@@ -15,6 +15,9 @@ import html
 from collections.abc import Iterable, Sequence
 from importlib import resources
 
+from vslice_core import whynot
+from vslice_core.model import NodeVerdict, PodRequest
+
 from vslice.plans import Plan, explain
 from vslice.slices import format_mib
 from vslice.tables import AllocationRow, AllocationTable, GpuRow, GpuTable, Placement
@@ -321,13 +324,21 @@ def allocations_text(allocations: AllocationTable) -> str:
 def _reason_chips(reasons: dict[str, int]) -> str:
     return " ".join(
         f'<span class="vslice-chip vslice-bad" title="{esc(explain(code))}">'
-        f'{esc(code)} &times;{count}</span> <span class="vslice-muted">{esc(explain(code))}</span>'
+        f"{esc(code)} &times;{count}</span>"
         for code, count in reasons.items()
     )
 
 
+def _why_cell(plan: Plan, verdict: NodeVerdict) -> str:
+    if verdict.fits:
+        return ""
+    words = whynot.node_line(verdict, plan.request or PodRequest())
+    return f'{_reason_chips(verdict.reasons)} <span class="vslice-why">{esc(words)}</span>'
+
+
 def plan_html(plan: Plan) -> str:
     wanted = esc(plan.slice.describe() if plan.slice else "request")
+    explanation = plan.explanation()
     if plan.fits:
         badge = f'<span class="vslice-badge vslice-ok">fits on {esc(plan.node)}</span>'
     else:
@@ -336,6 +347,11 @@ def plan_html(plan: Plan) -> str:
         f'<div class="vslice-header"><span class="vslice-title">Plan</span>{badge}'
         f'<span class="vslice-muted">{wanted} in namespace {esc(plan.namespace)}</span></div>'
     )
+    cause = ""
+    if not plan.fits:
+        cause = f'<div class="vslice-cause">{esc(explanation.headline)}</div>'
+        if explanation.suggestions:
+            cause += f'<div class="vslice-suggestion">{esc(explanation.suggestion_line())}</div>'
     grants = [
         [
             esc(name),
@@ -354,32 +370,18 @@ def plan_html(plan: Plan) -> str:
             if v.fits
             else '<span class="vslice-chip vslice-bad">no</span>',
             "" if v.score is None else f"{v.score:.2f}",
-            _reason_chips(v.reasons),
+            _why_cell(plan, v),
         ]
         for name, v in sorted(plan.decision.nodes.items())
     ]
     node_table = table(["node", "fits", "score", "why not"], verdicts, {2})
-    return wrap(header + grant_table + node_table, plan_text(plan))
+    return wrap(header + cause + grant_table + node_table, plan_text(plan))
 
 
 def plan_text(plan: Plan) -> str:
-    wanted = plan.slice.describe() if plan.slice else "request"
-    lines = [f"{wanted}: " + (f"fits on {plan.node}" if plan.fits else "does not fit")]
-    for name, grants in plan.grants.items():
-        for g in grants:
-            lines.append(
-                f"  {name}: GPU {g.index} {g.uuid}, {format_mib(g.memory_mib)}, {g.cores}% cores"
-            )
-    rows = [
-        [
-            name,
-            "yes" if v.fits else "no",
-            "" if v.score is None else f"{v.score:.2f}",
-            ", ".join(f"{code} x{count}" for code, count in v.reasons.items()),
-        ]
-        for name, v in sorted(plan.decision.nodes.items())
-    ]
-    return "\n".join(lines) + "\n" + text_table(["NODE", "FITS", "SCORE", "REASONS"], rows)
+    """The core's plan text (the same ``vslice plan`` prints), titled with the slice."""
+    title = plan.slice.describe() if plan.slice else None
+    return whynot.render_plan(plan.decision, plan.request or PodRequest(), title)
 
 
 # --- One pod's placement ---------------------------------------------------------------
