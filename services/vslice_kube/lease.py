@@ -141,10 +141,12 @@ class LeaderLease:
             holder = str(spec.get("holderIdentity") or "")
             record = (holder, str(spec.get("renewTime") or ""))
             if record != self._observed:
-                self._observed, self._observed_at = record, started
+                # Seen after the read returned: the holder's write came before, so waiting
+                # lease_seconds from here never cuts its term short.
+                self._observed, self._observed_at = record, self._clock()
             if holder and holder != self.identity:
                 self._lose(f"held by {holder}")
-                expired = started - self._observed_at >= self.timing.lease_seconds
+                expired = self._clock() - self._observed_at >= self.timing.lease_seconds
                 if not expired:
                     return False
             self._replace(lease, spec, holder)
