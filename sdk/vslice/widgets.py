@@ -533,6 +533,7 @@ class SlicePicker(w.VBox):  # type: ignore[misc]  # ipywidgets ships no types
         self.submit_button = w.Button(description="Submit", button_style="success")
         self.verdict = w.HTML()
         self.plan_view = w.HTML()
+        self.details = w.Accordion([self.plan_view], titles=("plan: every node's verdict",))
         self.status = w.HTML()
         self._set_choices()
         for control in (self.model, self.memory, self.cores, self.gpus, self.policy):
@@ -543,7 +544,7 @@ class SlicePicker(w.VBox):  # type: ignore[misc]  # ipywidgets ships no types
         self.submit_button.on_click(lambda _b: self.submit())
         buttons = w.HBox([self.refresh_button, self.submit_button])
         controls = [self.model, self.memory, self.cores, w.HBox([self.gpus, self.policy])]
-        parts = [self.image, self.command, buttons, self.verdict, self.status, self.plan_view]
+        parts = [self.image, self.command, buttons, self.verdict, self.status, self.details]
         super().__init__([*controls, *parts])
 
     def _changed(self, change: dict[str, Any]) -> None:
@@ -641,7 +642,8 @@ class SlicePicker(w.VBox):  # type: ignore[misc]  # ipywidgets ships no types
 
     def submit(self) -> Workload | None:
         """Submit the current slice (when it fits and is new); the handle is kept in
-        ``.workload`` and the status line follows its pod."""
+        ``.workload`` and the status line follows its pod. The plan is made again against a
+        fresh reading now, and again once the pod runs or ends."""
         self.update()
         request = self.request()
         if request is None or self._submit is None or self.submit_button.disabled:
@@ -672,6 +674,8 @@ class SlicePicker(w.VBox):  # type: ignore[misc]  # ipywidgets ships no types
             self.status.value = (
                 f"submitted <code>{views.esc(name)}</code>: <b{style}>{views.esc(words)}</b>"
             )
+            if phase in FINAL_PHASES:
+                self.refresh()  # the plan counts what the pod now holds
 
         report("", "submitted, waiting for the scheduler")
         self.follower = PodFollower(workload, report, interval=self.follow_interval).start()
@@ -685,13 +689,14 @@ class SlicePicker(w.VBox):  # type: ignore[misc]  # ipywidgets ships no types
 def verdict_html(plan: Plan) -> str:
     """The plan at a glance: a green or red line, and for a miss the engine's why-not."""
     line = views.esc(headline(plan))
+    box = '<div style="padding:4px 0;line-height:1.35">'
     if plan.fits:
-        return f'<div style="padding:4px 0"><b style="color:#2da44e">{line}</b></div>'
+        return f'{box}<b style="color:#2da44e">{line}</b></div>'
     # The first line of why_not() is the headline's cause; the rest are its numbers per node
     # and the suggestion.
     rest = "\n".join(plan.why_not().splitlines()[1:]).strip("\n")
     detail = _lines(rest) if rest else ""
-    return f'<div style="padding:4px 0"><b style="color:#cf222e">{line}</b>{detail}</div>'
+    return f'{box}<b style="color:#cf222e">{line}</b>{detail}</div>'
 
 
 def _client_submit(client: Client) -> Submit:

@@ -352,13 +352,26 @@ def test_the_widgets_render_and_the_picker_submits_one_pod_from_the_browser(
     _shot(picker, browser, "jupyterlab-slice-picker.png")
     _shot(view, browser, "jupyterlab-cluster-view.png")
 
+    # Four whole T4s: one holds the new pod, so it cannot fit; the why-not shows as lines.
+    _type_memory(browser, picker, "15")
+    _type_gpus(picker, "4")
+    _wait("the plan says it does not fit", lambda: "does not fit" in picker.text, 15)
+    why = picker.find_element(by.CSS_SELECTOR, "div[style*='pre-wrap']")
+    assert len(why.text.splitlines()) >= 2 and "\\n" not in picker.text
+    assert not submit.is_enabled()
+    assert _clipped(browser, picker) == []
+    _shot(picker, browser, "jupyterlab-slice-picker-no-fit.png")
+
 
 def _clipped(driver: Any, root: Any) -> list[str]:
-    """The texts in ``root`` that do not fit their box (cut off or ellipsized)."""
+    """What in ``root`` (itself included) is wider than its box and cuts or scrolls it: an
+    ellipsized label, a table behind a horizontal scroll bar."""
     found: list[str] = driver.execute_script(
-        "return [...arguments[0].querySelectorAll("
-        "'.widget-html-content, .widget-label, .widget-readout, label')]"
-        ".filter(e => e.scrollWidth > e.clientWidth + 1).map(e => e.textContent);",
+        "const all = [arguments[0], ...arguments[0].querySelectorAll('*')];"
+        "return all.filter(e => e.scrollWidth > e.clientWidth + 1"
+        " && getComputedStyle(e).overflowX !== 'visible')"
+        ".map(e => `${e.className} (${e.scrollWidth} > ${e.clientWidth} px): `"
+        " + e.textContent.slice(0, 80));",
         root,
     )
     return found
@@ -389,6 +402,17 @@ def _type_memory(driver: Any, picker: Any, gib: str) -> None:
     _wait("the memory slider took the value", lambda: readout.text.strip() == f"{gib}.0", 10)
 
 
+def _type_gpus(picker: Any, count: str) -> None:
+    from selenium.webdriver.common.keys import Keys
+
+    box = picker.find_element(
+        _by().XPATH,
+        ".//div[contains(@class,'widget-inline-hbox')][.//label[normalize-space()='GPUs']]//input",
+    )
+    box.send_keys(Keys.CONTROL, "a")
+    box.send_keys(count, Keys.TAB)
+
+
 def test_the_capacity_notebook_renders_its_tables_and_plots_in_the_browser(
     services: LabHandle, jupyter_lab: JupyterLab, browser: Any
 ) -> None:
@@ -399,4 +423,5 @@ def test_the_capacity_notebook_renders_its_tables_and_plots_in_the_browser(
     assert len(browser.find_elements(by.CSS_SELECTOR, ".jp-RenderedImage img")) == 2
     inventory = _widget_output(browser, ".vslice-wrap")
     assert inventory.find_element(by.CSS_SELECTOR, ".vslice-wrap").is_displayed()
+    assert _clipped(browser, inventory) == []
     _shot(inventory, browser, "jupyterlab-gpu-table.png")

@@ -245,6 +245,7 @@ def test_picker_submits_the_slice_it_shows_once_per_request() -> None:
     assert picker.follower is not None
     picker.follower.thread.join(5)
     assert "Running on node-a" in picker.status.value and "vslice-abc12" in picker.status.value
+    assert source.calls == reads + 2  # and again once the pod runs
     picker.close()
 
 
