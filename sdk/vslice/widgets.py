@@ -85,17 +85,6 @@ def _lines(text: str) -> str:
     return f'<div style="white-space:pre-wrap;line-height:1.35">{views.esc(text)}</div>'
 
 
-def headline(plan: Plan) -> str:
-    """The plan's one-line verdict: ``Plan.headline()`` where the SDK has it, else the first
-    line of ``Plan.why_not()`` (or where it fits)."""
-    method = getattr(plan, "headline", None)
-    if callable(method):
-        return str(method())
-    if plan.fits:
-        return f"fits on {plan.node}"
-    return plan.why_not().splitlines()[0] if plan.why_not() else "does not fit"
-
-
 # --- Cluster view ----------------------------------------------------------------------
 
 
@@ -255,7 +244,7 @@ class PendingPlan:
 def pending_plans(snapshot: ClusterSnapshot) -> list[PendingPlan]:
     """Every pod in :attr:`ClusterSnapshot.pending`, planned against the snapshot."""
     return [
-        PendingPlan(p, Plan(snapshot.decide(p.request), namespace=p.namespace))
+        PendingPlan(p, Plan(snapshot.decide(p.request), namespace=p.namespace, request=p.request))
         for p in snapshot.pending
     ]
 
@@ -278,7 +267,7 @@ def pending_html(pending: Sequence[PendingPlan]) -> str:
     items = "".join(
         f'<li title="{views.esc(p.plan.why_not())}"><code>{views.esc(p.holder)}</code> '
         f'<span style="{MUTED}">{views.esc(describe_request(p.pod.request))}</span>: '
-        f"{views.esc(headline(p.plan))}</li>"
+        f"{views.esc(p.plan.headline())}</li>"
         for p in pending
     )
     return (
@@ -688,10 +677,16 @@ class SlicePicker(w.VBox):  # type: ignore[misc]  # ipywidgets ships no types
 
 def verdict_html(plan: Plan) -> str:
     """The plan at a glance: a green or red line, and for a miss the engine's why-not."""
-    line = views.esc(headline(plan))
+    line = views.esc(plan.headline())
     box = '<div style="padding:4px 0;line-height:1.35">'
     if plan.fits:
-        return f'{box}<b style="color:#2da44e">{line}</b></div>'
+        where = "; ".join(
+            f"GPU {g.index}: {format_mib(g.memory_mib)}, {g.cores}% cores"
+            for grants in plan.grants.values()
+            for g in grants
+        )
+        gets = f' <span style="{MUTED}">{views.esc(where)}</span>' if where else ""
+        return f'{box}<b style="color:#2da44e">{line}</b>{gets}</div>'
     # The first line of why_not() is the headline's cause; the rest are its numbers per node
     # and the suggestion.
     rest = "\n".join(plan.why_not().splitlines()[1:]).strip("\n")

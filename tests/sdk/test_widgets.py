@@ -100,6 +100,7 @@ def test_the_cluster_view_lists_pending_pods_with_the_engines_reason() -> None:
     assert [p.holder for p in view.pending_pods] == ["team-c/huge"]
     assert "Pending (1)" in view.pending.value and "team-c/huge" in view.pending.value
     assert "1 GPU, 100 GiB</span>" in view.pending.value
+    assert "asks 100 GiB" in view.pending.value  # the reason names what the pod asks
     reason = view.pending_pods[0].plan.why_not().splitlines()[0]
     assert reason and reason in view.pending.value.replace("&#x27;", "'")
     assert "1 pending" in view.header.value
@@ -192,7 +193,7 @@ def test_picker_shows_the_plan_and_enables_submit_only_when_it_fits() -> None:
     assert picker.plan is not None and picker.plan.fits and picker.plan.node == "node-b"
     assert not picker.submit_button.disabled
     assert "fits on node-b" in picker.plan_view.value
-    assert "node-b" in picker.verdict.value
+    assert "node-b" in picker.verdict.value and "GPU 0: 4 GiB, 25% cores" in picker.verdict.value
 
     picker.memory.value = 8.0
     assert picker.plan is not None and not picker.plan.fits
