@@ -293,7 +293,7 @@ class ClusterView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no types
         self._source = _source(client, source)
         self.header = w.HTML(layout=w.Layout(flex="1 1 auto"))
         self.refresh_button = w.Button(
-            description="Refresh", icon="refresh", layout=w.Layout(width="100px")
+            description="Refresh", icon="refresh", layout=w.Layout(width="100px", flex="0 0 auto")
         )
         self.refresh_button.on_click(lambda _b: self.refresh())
         self.legend = w.HTML(legend())
@@ -342,10 +342,10 @@ class ClusterView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no types
         total = sum(r.memory_mib for r in rows)
         cores, all_cores = sum(r.cores_used for r in rows), sum(r.cores for r in rows)
         self.header.value = (
-            f"<b>{len(gpus.nodes())} nodes, {len(rows)} GPUs</b> &middot; memory "
-            f"{views.gib_pair(used, total)} allocated &middot; cores "
+            f'<div style="line-height:1.4"><b>{len(gpus.nodes())} nodes, {len(rows)} GPUs</b>'
+            f" &middot; memory {views.gib_pair(used, total)} allocated &middot; cores "
             f"{views.percent(cores, all_cores)}% allocated &middot; "
-            f"{len(self.pending_pods)} pending"
+            f"{len(self.pending_pods)} pending</div>"
         )
         self.status.value = f'<span style="{MUTED};font-size:11px">updated {_now()}</span>'
 
