@@ -119,7 +119,8 @@ def _totals(rows: Sequence[GpuRow]) -> dict[str, int]:
     }
 
 
-def _state(row: GpuRow) -> str:
+def gpu_state(row: GpuRow) -> str:
+    """``OVERBOOKED``, ``unhealthy``, ``cordoned`` or ``ok``: one word per GPU, for tables."""
     if row.overbooked:
         return "OVERBOOKED"
     if not row.healthy:
@@ -132,7 +133,7 @@ def _gpu_cells(row: GpuRow) -> list[str]:
         ", ".join(f"<code>{esc(p)}</code>" for p in row.pods)
         or '<span class="vslice-muted">-</span>'
     )
-    state = _state(row)
+    state = gpu_state(row)
     chip = "vslice-ok" if state == "ok" else "vslice-bad"
     return [
         esc(row.index),
@@ -234,7 +235,7 @@ def _gpu_line(r: GpuRow) -> list[str]:
         r.node,
         str(r.index),
         r.model,
-        _state(r),
+        gpu_state(r),
         f"{r.slots_used}/{r.slots}",
         f"{r.memory_used_mib}/{r.memory_mib}",
         f"{r.cores_used}/{r.cores}",

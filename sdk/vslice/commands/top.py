@@ -23,7 +23,7 @@ from vslice.commands.options import EXIT_OK, add_connection_arguments, connect, 
 from vslice.errors import InvalidRequest, VsliceError
 from vslice.snapshot import ClusterSnapshot
 from vslice.tables import GpuRow, GpuTable
-from vslice.views import by_node, gib, percent, text_table
+from vslice.views import by_node, gib, gpu_state, percent, text_table
 
 DEFAULT_WATCH_S = 2.0
 CLEAR_SCREEN = "\x1b[H\x1b[2J"
@@ -108,21 +108,13 @@ def memory_cell(used_mib: int, total_mib: int) -> str:
     return f"{gib(used_mib)}/{gib(total_mib)}"
 
 
-def state(row: GpuRow) -> str:
-    if row.overbooked:
-        return "OVERBOOKED"
-    if not row.healthy:
-        return "unhealthy"
-    return "cordoned" if row.cordoned else "ok"
-
-
 def gpu_cells(row: GpuRow) -> list[str]:
     return [
         row.node,
         row.address or "-",
         str(row.index),
         row.model,
-        state(row),
+        gpu_state(row),
         f"{row.slots_used}/{row.slots}",
         memory_cell(row.memory_used_mib, row.memory_mib),
         f"{row.cores_used}/{row.cores}",
