@@ -172,7 +172,7 @@ def startup(processes: int, region: Path) -> None:
 def main() -> int:
     global REAL_DRIVER
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--driver", choices=["fake", "real"], default="fake")
     parser.add_argument(
         "--no-instructions", action="store_true", help="skip the instruction counts"
