@@ -19,8 +19,10 @@ Instructions per call, which a loaded machine does not disturb, are counted with
 it can count user-space instructions, else with valgrind's callgrind where it is installed
 (the difference between a run of 2N and one of N calls, so start-up cost cancels out).
 
-The last line is ``shim alloc_free_ratio=<x> launch_ratio=<y>`` (median paired ratios: alloc/free
-at 64 KiB, launch), after ``shim alloc_free_4thr_ratio=<x> spread=<lo>..<hi>`` lines per row.
+Each row ends with a line ``shim <row>_ratio=<x> spread=<lo>..<hi>`` (rows: alloc_free_64_kib,
+alloc_free_4_mib, alloc_free_4_thr_64_kib, launch). The last line is
+``shim alloc_free_ratio=<x> launch_ratio=<y>`` (the median paired ratios of alloc/free at 64 KiB
+and of launch).
 Usage: ``.venv/bin/python benchmarks/shim.py [--rounds N] [--driver fake|real]
 [--no-instructions]``; with ``--driver real`` (tests/gpu/run.sh) the same programs run on the
 machine's NVIDIA driver.
