@@ -30,11 +30,13 @@ import argparse
 import os
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -259,6 +261,21 @@ def latencies(
     return waits[len(waits) // 2], waits[min(len(waits) - 1, (len(waits) * 99) // 100)]
 
 
+def _decisions(state_dir: Path, record: Any) -> str:
+    """The extender's own count of its answers (retries would show as failed filters/binds)."""
+    url = f"https://127.0.0.1:{record.ports['vslice-scheduler']}/metrics"
+    context = ssl.create_default_context(cafile=str(Layout.at(state_dir).pki / "ca.crt"))
+    with urllib.request.urlopen(url, context=context, timeout=10) as response:
+        text = response.read().decode()
+    found = []
+    for line in text.splitlines():
+        if line.startswith("vslice_extender_decisions_total{"):
+            labels, _, value = line.rpartition(" ")
+            if float(value):
+                found.append(f"{labels.split('{', 1)[1].rstrip('}')}: {float(value):.0f}")
+    return "; ".join(found) or "none"
+
+
 @dataclass
 class Result:
     plain: float
@@ -284,8 +301,10 @@ def run_size(
             inventory=inv,
             services=services,
             extra_node_resources={PLAIN: str(GPUS_PER_NODE * SLOTS_PER_GPU)},
-            timeout=600,
+            timeout=1800,
             extender_settings={"leader_election": not node_locks},
+            # 5,000 nodes renewing 40 s leases would keep this machine busy by themselves.
+            node_lease_seconds=1200,
         )
         began = time.monotonic()
         record = lab_module.up(options)
@@ -309,6 +328,7 @@ def run_size(
                 core, scheduler, "bench-extender", gpu, pods, processes, profile
             )
             result.extender_latency = latencies(core, "lat-extender", gpu, latency_pods, rate)
+            print(f"  extender decisions: {_decisions(options.state_dir, record)}", flush=True)
             print(
                 f"  extender: {result.extender:8.1f} pods/s, p50 {result.extender_latency[0]:.0f}"
                 f" ms, p99 {result.extender_latency[1]:.0f} ms",

@@ -59,6 +59,11 @@ class Certificates:
     """The API server's client certificate towards the webhook (``configs.WEBHOOK_CLIENT_NAME``)."""
 
 
+# Simulated nodes' lease duration (kwok renews it, which keeps them Ready); 40 s is the
+# controller manager's default grace period.
+NODE_LEASE_SECONDS = 40
+
+
 def _etcd_supports_no_fsync(etcd: Path) -> bool:
     help_text = subprocess.run(
         [str(etcd), "--help"], capture_output=True, text=True, check=False, timeout=20
@@ -141,7 +146,11 @@ def _serving(certs: Certificates, pair: KeyPair, kubeconfig: Path, port: int) ->
 
 
 def kube_controller_manager(
-    binaries: Binaries, certs: Certificates, kubeconfig: Path, port: int
+    binaries: Binaries,
+    certs: Certificates,
+    kubeconfig: Path,
+    port: int,
+    node_lease_seconds: int = NODE_LEASE_SECONDS,
 ) -> Component:
     argv = [
         str(binaries.kube_controller_manager),
@@ -156,6 +165,9 @@ def kube_controller_manager(
         "--kube-api-qps=200",
         "--kube-api-burst=400",
     ]
+    if node_lease_seconds > NODE_LEASE_SECONDS:
+        # Longer node leases than the default grace period would read as nodes gone.
+        argv.append(f"--node-monitor-grace-period={node_lease_seconds + 10}s")
     probe = Probe(f"https://{HOST}:{port}/healthz", ca=certs.ca.cert)
     return Component("kube-controller-manager", argv, probe, port=port)
 
@@ -172,7 +184,9 @@ def kube_scheduler(
     return Component("kube-scheduler", argv, probe, port=port)
 
 
-def kwok(binaries: Binaries, kubeconfig: Path, port: int) -> Component:
+def kwok(
+    binaries: Binaries, kubeconfig: Path, port: int, node_lease_seconds: int = NODE_LEASE_SECONDS
+) -> Component:
     argv = [
         str(binaries.kwok),
         f"--kubeconfig={kubeconfig}",
@@ -180,7 +194,7 @@ def kwok(binaries: Binaries, kubeconfig: Path, port: int) -> Component:
         f"--manage-nodes-with-annotation-selector={KWOK_NODE_SELECTOR}",
         f"--server-address={HOST}:{port}",
         f"--config={STAGES}",
-        "--node-lease-duration-seconds=40",
+        f"--node-lease-duration-seconds={node_lease_seconds}",
     ]
     return Component("kwok", argv, Probe(f"http://{HOST}:{port}/healthz"), port=port)
 

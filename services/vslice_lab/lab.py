@@ -76,6 +76,10 @@ class LabOptions:
     checkout's ``shim/build``."""
     extender_settings: dict[str, Any] = field(default_factory=dict)
     """Extra ``vslice serve scheduler`` settings (the benchmark's ``leader_election``)."""
+    node_lease_seconds: int = components.NODE_LEASE_SECONDS
+    """Node lease duration of the simulated nodes. Thousands of nodes renewing 40 s leases
+    keep a small machine busy; the scheduling benchmark makes them long (the controller
+    manager's grace period follows)."""
 
 
 class LabAlreadyRunning(LabError):
@@ -252,12 +256,12 @@ def _control_plane(
     )
     group = [
         components.kube_controller_manager(
-            binaries, certs, cm_config, ports["kube-controller-manager"]
+            binaries, certs, cm_config, ports["kube-controller-manager"], options.node_lease_seconds
         ),
         components.kube_scheduler(
             binaries, certs, sched_kubeconfig, sched_config, ports["kube-scheduler"]
         ),
-        components.kwok(binaries, admin, ports["kwok"]),
+        components.kwok(binaries, admin, ports["kwok"], options.node_lease_seconds),
     ]
     if start_services:
         record.webhook = True
