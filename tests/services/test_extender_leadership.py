@@ -93,3 +93,16 @@ def test_lease_timings_that_cannot_be_safe_are_refused(
 def test_lease_timing_checks_its_own_arithmetic() -> None:
     with pytest.raises(ValueError, match="renew_seconds < lease_seconds - margin_seconds"):
         LeaseTiming(lease_seconds=5, renew_seconds=2, margin_seconds=4)
+
+
+def test_winning_the_lease_catches_up_before_the_first_bind_asks() -> None:
+    lease, calls = Lease(), []
+    gate = _gate(lease, calls)
+    gate.prepare()
+    assert calls == [1]
+    _bind(gate)  # the term is caught up already: the bind does not wait for a re-read
+    assert calls == [1]
+    lease.holding = False
+    lease.term = 2
+    gate.prepare()  # not active (any more): nothing to catch up for
+    assert calls == [1]

@@ -60,6 +60,15 @@ class LeaderGate:
             raise NotActive(f"replica {self._identity} changed terms while catching up: retry")
         yield
 
+    def prepare(self) -> None:
+        """Catch up for the current term now (when the Lease is won, from a thread of its
+        own), so the term's first bind does not wait for the re-read of every bound pod."""
+        term = self._lease.term
+        with self._guard:
+            if term != self._caught_up_term and self._lease.active():
+                self._catch_up_all()
+                self._caught_up_term = term
+
     def _check(self) -> None:
         if not self._lease.active():
             raise NotActive(

@@ -221,7 +221,21 @@ def _leadership(
         for pod in list_bound_pods(api):
             pods.apply("MODIFIED", pod)
 
-    return lease, LeaderGate(lease, catch_up_all, settings.identity)
+    gate = LeaderGate(lease, catch_up_all, settings.identity)
+
+    def won(active: bool) -> None:
+        if active:  # off the renew thread: a long re-read must not delay the next renew
+            threading.Thread(target=_prepare, args=(gate,), name="catch-up", daemon=True).start()
+
+    lease.on_change(won)
+    return lease, gate
+
+
+def _prepare(gate: LeaderGate) -> None:
+    try:
+        gate.prepare()
+    except Exception:  # the term's first bind catches up instead
+        log.exception("catch-up after winning the lease failed")
 
 
 def serve(config_path: str | None = None) -> int:
