@@ -255,7 +255,10 @@ class Suggestion(_Model):
     change: Literal["smaller", "fewer_gpus", "other_type"]
     node: str
     gpus: int = Field(ge=1, description="GPUs per container")
-    memory_mib: int = Field(ge=0, description="MiB per GPU")
+    memory_mib: int = Field(ge=0, description="MiB per GPU (the least a chosen GPU gets)")
+    memory_percent: int | None = Field(
+        None, description="set when the changed request still asks a percentage of each GPU"
+    )
     cores: int = Field(ge=0, le=100)
     gpu_indices: list[int] = Field(default_factory=list)
     gpu_model: str | None = Field(None, description="for other_type: the model it would get")

@@ -124,8 +124,8 @@ def _applied(pod: PodRequest, suggestion: Suggestion) -> PodRequest:
     changed = pod.containers[0].model_copy(
         update={
             "gpus": suggestion.gpus,
-            "memory_mib": suggestion.memory_mib,
-            "memory_percent": None,
+            "memory_mib": None if suggestion.memory_percent else suggestion.memory_mib,
+            "memory_percent": suggestion.memory_percent,
             "cores": suggestion.cores,
         }
     )
@@ -136,7 +136,7 @@ def _applied(pod: PodRequest, suggestion: Suggestion) -> PodRequest:
 
 
 @given(clusters(), requests())
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_every_suggestion_fits_where_it_says_when_applied(
     cluster: Cluster, pod: PodRequest
 ) -> None:

@@ -133,7 +133,7 @@ def test_the_api_server_sends_the_webhook_exactly_the_pods_it_acts_on(
     webhook_down: LabHandle, namespace: str, pod: dict[str, Any], waits: bool
 ) -> None:
     """The API server's own evaluation of the matchConditions (dry run, nothing is stored):
-    the same kinds of pods as tests/services/test_webhook_reach.py."""
+    the same kinds of pods as tests/services/test_webhook_match_conditions.py."""
     if waits:
         message = _refusal(webhook_down, namespace, pod, dry_run=True)
         assert "failed calling webhook" in message and WEBHOOK_NAME in message, message
