@@ -90,7 +90,11 @@ def test_a_slice_that_cannot_fit_says_why_per_node_and_creates_nothing(
     assert set(caught.value.reasons) == set(lab.record.nodes)
     for reasons in caught.value.reasons.values():
         assert reasons.get("insufficient_memory", 0) >= 1
-    assert "lab-t4: not enough free GPU memory" in str(caught.value)
+    message = str(caught.value)
+    # Larger than any card: the card size is named, not free memory.
+    assert "asks 90 GiB per GPU; the largest GPU here has 80 GiB" in message
+    assert "\n  lab-t4: its largest GPU has 15 GiB, asks 90 GiB (memory, x4)" in message
+    assert message.splitlines()[-1].startswith("would fit now: 1 GPU with ")
     assert lab.core.list_namespaced_pod(namespace).items == []
 
 
