@@ -268,11 +268,20 @@ def _decisions(state_dir: Path, record: Any) -> str:
     with urllib.request.urlopen(url, context=context, timeout=10) as response:
         text = response.read().decode()
     found = []
+    sums: dict[str, float] = {}
     for line in text.splitlines():
         if line.startswith("vslice_extender_decisions_total{"):
             labels, _, value = line.rpartition(" ")
             if float(value):
                 found.append(f"{labels.split('{', 1)[1].rstrip('}')}: {float(value):.0f}")
+        for verb in ("filter", "bind"):
+            for part in ("sum", "count"):
+                if line.startswith(f"vslice_extender_{verb}_seconds_{part} "):
+                    sums[f"{verb}_{part}"] = float(line.split()[1])
+    for verb in ("filter", "bind"):
+        if sums.get(f"{verb}_count"):
+            mean = 1000 * sums[f"{verb}_sum"] / sums[f"{verb}_count"]
+            found.append(f"{verb} handler mean {mean:.1f} ms")
     return "; ".join(found) or "none"
 
 
