@@ -16,9 +16,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from kubernetes import client as k8s
-from kubernetes.client.exceptions import ApiException
 
-from vslice_kube.apierrors import cluster_error, translated
+from vslice_kube.applying import create_or_replace
 
 VIEWER_ROLE = "vslice-viewer"
 
@@ -38,17 +37,10 @@ def viewer_cluster_role() -> dict[str, Any]:
 def apply_cluster_role(api_client: k8s.ApiClient, body: Mapping[str, Any]) -> None:
     """Create the ClusterRole, or replace an existing one of the same name."""
     api: Any = k8s.RbacAuthorizationV1Api(api_client)  # stubs reject dict bodies
-    name = str(body["metadata"]["name"])
-    try:
-        api.create_cluster_role(dict(body), _preload_content=False)
-        return
-    except ApiException as exc:
-        if exc.status != 409:
-            raise cluster_error(exc, f"create clusterrole {name}") from exc
-    with translated(f"replace clusterrole {name}"):
-        current = api.read_cluster_role(name)
-        replacement = {
-            **body,
-            "metadata": {**body["metadata"], "resourceVersion": current.metadata.resource_version},
-        }
-        api.replace_cluster_role(name, replacement, _preload_content=False)
+    create_or_replace(
+        "clusterrole",
+        body,
+        api.create_cluster_role,
+        api.read_cluster_role,
+        api.replace_cluster_role,
+    )
