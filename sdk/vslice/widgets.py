@@ -178,11 +178,9 @@ class GpuBar(w.HBox):  # type: ignore[misc]  # ipywidgets ships no types
 
 
 def _state(row: GpuRow) -> str:
-    if row.overbooked:
-        return "over-booked"
-    if not row.healthy:
-        return "unhealthy"
-    return "cordoned" if row.cordoned else ""
+    """The views' one-word state, as a flag beside the GPU's name (none when it is ok)."""
+    state = views.gpu_state(row)
+    return {"ok": "", "OVERBOOKED": "over-booked"}.get(state, state)
 
 
 def _bar_style(used: int, total: int) -> str:
