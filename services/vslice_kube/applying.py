@@ -1,5 +1,6 @@
 """Create a cluster-scoped object, or replace the one of that name: how the lab installs its
-webhook configuration and ClusterRole, so a second ``up`` brings them to the current text."""
+webhook configuration, admission policy and ClusterRole, so a second ``up`` brings them to the
+current text."""
 
 from __future__ import annotations
 
