@@ -8,11 +8,9 @@ too; the mounts mode without them is test_deviceplugin_grpc.py.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 import os
-import shutil
 import subprocess
 import threading
 import time
@@ -39,8 +37,6 @@ from vslice_services.deviceplugin.delivery import delivery
 
 SPEC = "vslice.io-gpu.json"
 GPU_C = "GPU-6c7f0d8e-0000-4000-8000-00000000000c"
-CDI_LIBRARY = "v1.1.1"  # tags.cncf.io/container-device-interface, as in containerd v2.4.2
-CHECKER_SOURCE = Path(__file__).parent / "cdi_check"
 DEVICE_NODES = ("nvidia0", "nvidia1", "nvidia2", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")
 
 
@@ -309,30 +305,6 @@ def test_mounts_mode_hands_over_the_driver_and_removes_the_spec_cdi_mode_wrote(
 
 
 # -- the CDI library containerd uses -----------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def cdi_check() -> Path:
-    """The Go checker in cdi_check/, built once per source version (about 20 s, cached)."""
-    go = shutil.which("go") or next(
-        (p for p in ("/usr/local/go/bin/go",) if Path(p).exists()), None
-    )
-    if go is None:
-        pytest.fail("this test needs the Go toolchain (go) to build tests/services/cdi_check")
-    source = b"".join(
-        (CHECKER_SOURCE / name).read_bytes() for name in ("main.go", "go.mod", "go.sum")
-    )
-    version = f"{CDI_LIBRARY}-{hashlib.sha256(source).hexdigest()[:12]}"
-    binary = Path.home() / ".cache" / "vslice" / "cdi-check" / version / "cdi-check"
-    if not binary.exists():
-        binary.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            [go, "build", "-buildvcs=false", "-o", str(binary), "."],
-            cwd=CHECKER_SOURCE,
-            check=True,
-            timeout=600,
-        )
-    return binary
 
 
 @pytest.mark.slow

@@ -8,6 +8,7 @@ list taken just before an Allocate created a directory). Without an answer from 
 nothing is deleted. The settings ``region_sweep_seconds`` / ``region_grace_seconds`` (10 s /
 30 s) set both, so a deleted pod's region and its monitor metrics are gone within a minute.
 The limits files under ``limits_root`` (same layout) are swept by a second sweeper alike.
+Directories of prepared DRA claims (named by claim UID) are kept while the claim is prepared.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from vslice_core.errors import ClusterError
@@ -34,8 +36,12 @@ class CacheSweeper:
         every_s: float = 60.0,
         grace_s: float = 300.0,
         what: str = "region directory",
+        keep: Callable[[], set[str]] = set,
     ) -> None:
         self.root = root
+        # Directories named by something other than a pod UID that must stay (the DRA path
+        # names them after prepared claims, which it removes itself on unprepare).
+        self.keep = keep
         self.what = what
         self.api = api
         self.node = node
@@ -60,6 +66,7 @@ class CacheSweeper:
         except ClusterError as exc:
             log.info("cache sweep skipped: no pod list", extra={"error": str(exc)})
             return []
+        live |= self.keep()
         oldest = time.time() - self.grace_s
         removed = []
         for entry in self.root.iterdir():

@@ -44,6 +44,7 @@ from vslice_services.deviceplugin.proofs import ProofCheck
 from vslice_services.deviceplugin.servicer import DevicePluginServicer
 from vslice_services.deviceplugin.settings import DevicePluginSettings
 from vslice_services.deviceplugin.specfile import SpecFile
+from vslice_services.draplugin.node import DraNode
 
 log = logging.getLogger("vslice.deviceplugin")
 
@@ -121,6 +122,11 @@ class DevicePlugin:
             grace_s=settings.region_grace_seconds,
             what="limits directory",
         )
+        self.dra = DraNode(settings, backend, self.handover) if settings.dra else None
+        if self.dra is not None:
+            # Region and limits directories of prepared claims are named by claim UID: they
+            # go when the kubelet unprepares the claim, not when no pod has that UID.
+            self.sweeper.keep = self.limits_sweeper.keep = self.dra.checkpoint.uids
         self.servicer = DevicePluginServicer(self.board, self.allocator)
         self.endpoint = PluginEndpoint(
             Path(settings.device_plugin_dir),
@@ -152,11 +158,15 @@ class DevicePlugin:
         self.sync_node_files()
         # The kubelet link never waits for the API server: the first refresh runs in the loop.
         self.endpoint.start()
+        if self.dra is not None:
+            self.dra.start()
         self._refresher.start()
 
     def stop(self) -> None:
         self._stop.set()
         self.board.close()
+        if self.dra is not None:
+            self.dra.stop()
         self.endpoint.stop()
         self._refresher.join(timeout=10)
         self.backend.close()
@@ -170,6 +180,8 @@ class DevicePlugin:
         self.board.update(virtual_devices(inventory.gpus))
         self.sync_node_files()
         self.annotation.maybe_write(inventory, time.monotonic())
+        if self.dra is not None:
+            self.dra.publisher.maybe_publish(inventory, time.monotonic())
         self.allocator.retry_deliveries()
         self.sweeper.maybe_sweep(time.monotonic())
         self.limits_sweeper.maybe_sweep(time.monotonic())
@@ -221,4 +233,5 @@ class DevicePlugin:
             ),
             "pod_resources": self.pod_resources.state if self.pod_resources else "not used",
             "allocation_proof": self.allocator.proofs.state,
+            "dra": self.dra.status() if self.dra is not None else "not used",
         }

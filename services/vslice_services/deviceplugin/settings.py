@@ -184,6 +184,33 @@ class DevicePluginSettings(NodeServiceSettings):
         gt=0,
         description="How long Allocate keeps retrying an unreachable API server.",
     )
+    dra: bool = Field(
+        default=False,
+        description="Also serve vslice's DRA driver (gpu.vslice.io) on this node: publish its "
+        "ResourceSlice and prepare ResourceClaims for the kubelet (Kubernetes 1.36 or newer; "
+        "needs injection cdi). The device-plugin path keeps working beside it.",
+    )
+    kubelet_plugins_registry: str = Field(
+        default="/var/lib/kubelet/plugins_registry",
+        description="The kubelet's plugin registration directory (the DRA driver's "
+        "registration socket goes there).",
+    )
+    kubelet_plugins_dir: str = Field(
+        default="/var/lib/kubelet/plugins",
+        description="Parent of the DRA driver's own directory: its gRPC socket and its "
+        "checkpoint of prepared claims live in <kubelet_plugins_dir>/gpu.vslice.io/.",
+    )
+    dra_socket: str = Field(
+        default="",
+        description="The DRA driver's gRPC socket (named to the kubelet at registration); "
+        "empty: <kubelet_plugins_dir>/gpu.vslice.io/dra.sock.",
+    )
+    dra_publish_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="How often the node's ResourceSlice is checked against the API server "
+        "even when the GPUs did not change (someone may have deleted or edited it).",
+    )
     region_sweep_seconds: float = Field(
         default=10.0,
         gt=0,
@@ -215,7 +242,14 @@ class DevicePluginSettings(NodeServiceSettings):
             )
         return value
 
-    @field_validator("cdi_spec_dir", "driver_container_dir", "host_dev_dir", "limits_root")
+    @field_validator(
+        "cdi_spec_dir",
+        "driver_container_dir",
+        "host_dev_dir",
+        "limits_root",
+        "kubelet_plugins_registry",
+        "kubelet_plugins_dir",
+    )
     @classmethod
     def _absolute_dir(cls, value: str, info: ValidationInfo) -> str:
         return _absolute(str(info.field_name), value)
@@ -302,6 +336,11 @@ class DevicePluginSettings(NodeServiceSettings):
             raise ValueError(
                 "driver_env must not set 'LD_LIBRARY_PATH' when driver_libraries are given: "
                 f"it is set to driver_container_dir ({self.driver_container_dir!r})"
+            )
+        if self.dra and self.injection != "cdi":
+            raise ValueError(
+                "dra needs injection cdi (the kubelet hands DRA devices to the runtime only as "
+                f"CDI devices), got injection {self.injection!r}"
             )
         self._distinct_mount_points()
         limits, cache = Path(self.limits_root), Path(self.cache_root)

@@ -30,6 +30,24 @@ TEMP_SUFFIX = ".tmp"
 TEMP_GRACE_S = 60.0  # a temporary file younger than this may belong to a writer still at work
 
 
+def replace_text(path: Path, text: str) -> None:
+    """Make ``path`` hold ``text`` at once: a reader sees the old file or the new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(
+        dir=path.parent, prefix=f"{TEMP_PREFIX}{path.name}.", suffix=TEMP_SUFFIX
+    )
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(temp, 0o644)  # runtimes and `nvidia-ctk cdi list` read it; nothing secret
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
 class SpecFile:
     def __init__(self, directory: Path, kind: str, node: str) -> None:
         self.directory = directory
@@ -59,20 +77,7 @@ class SpecFile:
         self.written, self.state = text, "written"
 
     def _replace(self, text: str) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        fd, temp = tempfile.mkstemp(
-            dir=self.directory, prefix=f"{TEMP_PREFIX}{self.path.name}.", suffix=TEMP_SUFFIX
-        )
-        try:
-            with os.fdopen(fd, "w") as out:
-                out.write(text)
-                out.flush()
-                os.fsync(out.fileno())
-            os.chmod(temp, 0o644)  # runtimes and `nvidia-ctk cdi list` read it; nothing secret
-            os.replace(temp, self.path)
-        except BaseException:
-            Path(temp).unlink(missing_ok=True)
-            raise
+        replace_text(self.path, text)
 
     def _failed(self, reason: str) -> None:
         state = f"failing: {reason}"

@@ -1,0 +1,166 @@
+"""What a node publishes: one ResourceSlice per node with one device per GPU.
+
+Every device allows multiple allocations (consumable capacity, KEP-5075, beta from
+Kubernetes 1.36) and carries three capacities whose request policies encode vslice's rules,
+so kube-scheduler's own allocator enforces them without vslice in the scheduling path:
+
+- ``memory`` (bytes): any whole number of MiB from 1 MiB to the card's size; a claim that
+  asks none gets the whole card (the default), which is how a whole-card claim stays
+  exclusive: every other claim consumes at least 1 MiB;
+- ``cores`` (percent of SMs, 0..100, default 0 = no promise, as on the device-plugin path);
+- ``slots``: the GPU's slice limit; every claim consumes exactly one (the only valid value).
+
+Attributes: ``model``, ``uuid``, ``index``, ``numaNode``, ``healthy``, ``cordoned``; the
+DeviceClass selects healthy, uncordoned devices, so an unhealthy GPU stays visible (``vslice
+top`` shows it) but takes no new claim.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from vslice_core.dra import CORES, DEVICE_CLASS, DRIVER, MEMORY, MIB, SLOTS
+from vslice_core.errors import InvalidRequest
+from vslice_core.model import Gpu, NodeInventory
+from vslice_core.quantities import parse_quantity
+
+RESOURCE_API = "resource.k8s.io/v1"
+
+
+def device_name(gpu: Gpu) -> str:
+    """A device's name in the node's pool: ``gpu-<index>`` (DNS label, stable per card slot)."""
+    return f"gpu-{gpu.index}"
+
+
+def _mi(mib: int) -> str:
+    return f"{mib}Mi"
+
+
+def device(gpu: Gpu) -> dict[str, Any]:
+    """One GPU as a ResourceSlice device."""
+    return {
+        "name": device_name(gpu),
+        "allowMultipleAllocations": True,
+        "attributes": {
+            "model": {"string": gpu.model},
+            "uuid": {"string": gpu.uuid},
+            "index": {"int": gpu.index},
+            "numaNode": {"int": gpu.numa},
+            "healthy": {"bool": gpu.healthy},
+            "cordoned": {"bool": gpu.cordoned},
+        },
+        "capacity": {
+            MEMORY: {
+                "value": _mi(gpu.memory_mib),
+                "requestPolicy": {
+                    "default": _mi(gpu.memory_mib),
+                    "validRange": {"min": _mi(1), "max": _mi(gpu.memory_mib), "step": _mi(1)},
+                },
+            },
+            CORES: {
+                "value": str(gpu.cores),
+                "requestPolicy": {
+                    "default": "0",
+                    "validRange": {"min": "0", "max": str(gpu.cores), "step": "1"},
+                },
+            },
+            SLOTS: {
+                "value": str(gpu.slots),
+                "requestPolicy": {"default": "1", "validValues": ["1"]},
+            },
+        },
+    }
+
+
+def slice_name(node: str) -> str:
+    """The node's ResourceSlice: one per node, named after it and the driver."""
+    return f"{node}-{DRIVER}"
+
+
+def resource_slice(
+    inventory: NodeInventory, generation: int, node_uid: str | None = None
+) -> dict[str, Any]:
+    """The node's ResourceSlice: pool = node name, one slice in the pool.
+
+    ``generation`` must grow whenever the devices change (a GPU added, gone or unhealthy),
+    so the scheduler drops slices of an older generation. With ``node_uid`` the slice is
+    owned by the Node and goes away with it.
+    """
+    metadata: dict[str, Any] = {"name": slice_name(inventory.name)}
+    if node_uid:
+        metadata["ownerReferences"] = [
+            {"apiVersion": "v1", "kind": "Node", "name": inventory.name, "uid": node_uid}
+        ]
+    return {
+        "apiVersion": RESOURCE_API,
+        "kind": "ResourceSlice",
+        "metadata": metadata,
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": inventory.name,
+            "pool": {"name": inventory.name, "generation": generation, "resourceSliceCount": 1},
+            "devices": [device(gpu) for gpu in sorted(inventory.gpus, key=lambda g: g.index)],
+        },
+    }
+
+
+def same_devices(published: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
+    """Whether a published slice already says what ``wanted`` says (generation aside):
+    the publisher then writes nothing, so restarts and resyncs cost no scheduler work."""
+    spec = published.get("spec") or {}
+    want = wanted.get("spec") or {}
+    return bool(
+        spec.get("driver") == want.get("driver")
+        and spec.get("nodeName") == want.get("nodeName")
+        and (spec.get("pool") or {}).get("name") == want["pool"]["name"]
+        and _normal(spec.get("devices")) == _normal(want.get("devices"))
+    )
+
+
+def _normal(devices: object) -> object:
+    # The API server may add defaulted fields and stores quantities in canonical form
+    # ("81920Mi" comes back as "80Gi"): compare only what vslice sets, quantities as numbers.
+    if not isinstance(devices, list):
+        return devices
+    keys = ("name", "allowMultipleAllocations", "attributes")
+    return [
+        {**{key: item.get(key) for key in keys}, "capacity": _numbers(item.get("capacity"))}
+        if isinstance(item, dict)
+        else item
+        for item in devices
+    ]
+
+
+def _numbers(value: object) -> object:
+    if isinstance(value, dict):
+        return {key: _numbers(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_numbers(item) for item in value]
+    if isinstance(value, str):
+        try:
+            return parse_quantity(value, "capacity")
+        except InvalidRequest:
+            return value
+    return value
+
+
+SELECTOR = (
+    f'device.driver == "{DRIVER}" && '
+    f'device.attributes["{DRIVER}"].healthy && '
+    f'!device.attributes["{DRIVER}"].cordoned'
+)
+
+
+def device_class() -> dict[str, Any]:
+    """The DeviceClass vslice claims name: vslice GPUs that are healthy and not cordoned."""
+    return {
+        "apiVersion": RESOURCE_API,
+        "kind": "DeviceClass",
+        "metadata": {"name": DEVICE_CLASS},
+        "spec": {"selectors": [{"cel": {"expression": SELECTOR}}]},
+    }
+
+
+def memory_bytes(mib: int) -> int:
+    return mib * MIB
