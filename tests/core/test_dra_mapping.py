@@ -275,3 +275,59 @@ def test_malformed_allocations_name_the_field(bad: Any, field: str) -> None:
         grants(allocated(bad), NODE)
     assert caught.value.field == field
     assert str(caught.value).startswith("ResourceClaim team/c1: " + field)
+
+
+def test_a_slice_reads_back_as_the_inventory_it_was_made_from() -> None:
+    from vslice_core.dra.devices import inventory_from_slice
+
+    stored = resource_slice(NODE, 1)
+    stored["spec"]["devices"][0]["capacity"]["memory"]["value"] = "80Gi"  # canonical form
+    assert inventory_from_slice(stored) == NodeInventory(name="node-a", gpus=[A100, T4])
+    stored["spec"]["devices"][1]["attributes"].pop("uuid")
+    with pytest.raises(
+        InvalidRequest, match=r"ResourceSlice node-a-gpu.vslice.io: spec.devices\[1\]"
+    ):
+        inventory_from_slice(stored)
+
+
+def test_an_allocated_claim_is_an_allocation_of_its_node() -> None:
+    from vslice_core.dra.allocations import allocation_of, reserved_for
+
+    claim = allocated(result(consumedCapacity={"memory": "2Gi", "cores": "10"}))
+    claim["status"]["reservedFor"] = [{"resource": "pods", "name": "trainer", "uid": "p1"}]
+    allocation = allocation_of(claim, {"node-a": NODE})
+    assert allocation is not None and allocation.node == "node-a"
+    assert allocation.containers[0].name == "train"
+    assert allocation.containers[0].gpus == [
+        GpuGrant(uuid="GPU-a", index=0, memory_mib=2048, cores=10)
+    ]
+    assert reserved_for(claim) == [("trainer", "p1")]
+    assert allocation_of({"metadata": {}}, {"node-a": NODE}) is None
+    with pytest.raises(InvalidRequest, match="a node with vslice GPUs"):
+        allocation_of(claim, {})
+
+
+def test_a_claim_reads_back_as_the_request_it_was_built_from() -> None:
+    from vslice_core.dra.claims import request_of
+
+    asked = pod(
+        ContainerRequest(name="main", gpus=2, memory_mib=8192, cores=30),
+        gpu_types=["a100", "h100"],
+        gpu_types_exclude=["mig"],
+    )
+    request, notes = request_of({"spec": claim_spec(asked)}, "team", "p")
+    assert notes == []
+    assert request.containers == asked.containers
+    assert request.gpu_types == ["a100", "h100"] and request.gpu_types_exclude == ["mig"]
+    whole, _ = request_of(
+        {"spec": claim_spec(pod(ContainerRequest(name="c", gpus=1, memory_percent=100, cores=0)))}
+    )
+    assert whole.containers[0].memory_percent == 100
+    custom = claim(
+        g={
+            "deviceClassName": DRIVER,
+            "selectors": [{"cel": {"expression": 'device.attributes["gpu.vslice.io"].index == 0'}}],
+        }
+    )
+    _, notes = request_of(custom)
+    assert notes and "is not judged by the plan" in notes[0]

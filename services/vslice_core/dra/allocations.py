@@ -21,7 +21,13 @@ from typing import Any
 from vslice_core.dra import CORES, DRIVER, MEMORY, MIB, claim_label
 from vslice_core.dra.devices import device_name
 from vslice_core.errors import InvalidRequest
-from vslice_core.model import EXCLUSIVE_CORES, GpuGrant, NodeInventory
+from vslice_core.model import (
+    EXCLUSIVE_CORES,
+    Allocation,
+    ContainerAllocation,
+    GpuGrant,
+    NodeInventory,
+)
 from vslice_core.quantities import parse_quantity
 
 
@@ -147,3 +153,39 @@ def grants(
             GpuGrant(uuid=gpu.uuid, index=gpu.index, memory_mib=memory, cores=cores)
         )
     return granted
+
+
+def allocation_of(
+    claim: Mapping[str, Any], inventories: Mapping[str, NodeInventory], driver: str = DRIVER
+) -> Allocation | None:
+    """The claim's vslice allocation in the engine's terms (node = the results' pool, one
+    "container" per claim request), or None when it holds nothing of ``driver``. Results on
+    several pools (a claim is per node for vslice) or on a node without an inventory are an
+    InvalidRequest naming the claim."""
+    found = shares(claim, driver)
+    if not found:
+        return None
+    pools = sorted({share.pool for share in found})
+    if len(pools) > 1:
+        raise _problem(claim, "status.allocation.devices.results", "on one node", pools)
+    inventory = inventories.get(pools[0])
+    if inventory is None:
+        raise _problem(
+            claim, "status.allocation.devices.results[0].pool", "a node with vslice GPUs", pools[0]
+        )
+    granted = grants(claim, inventory, driver)
+    return Allocation(
+        node=inventory.name,
+        containers=[ContainerAllocation(name=request, gpus=g) for request, g in granted.items()],
+    )
+
+
+def reserved_for(claim: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(name, uid) of the pods the claim is reserved for."""
+    status = claim.get("status") or {}
+    users = status.get("reservedFor") if isinstance(status, Mapping) else None
+    return [
+        (str(user.get("name", "")), str(user.get("uid", "")))
+        for user in users or []
+        if isinstance(user, Mapping) and user.get("resource") == "pods"
+    ]

@@ -241,3 +241,85 @@ def check(
 
 def _ours(klass: str) -> bool:
     return klass == DRIVER or klass.endswith("." + DRIVER)
+
+
+_MODEL_CONTAINS = re.compile(
+    r'^device\.attributes\["'
+    + re.escape(DRIVER)
+    + r'"\]\.model\.lowerAscii\(\)\.contains\(("(?:[^"\\]|\\.)*")\)$'
+)
+
+
+def _type_filters(expression: str) -> tuple[list[str], list[str]] | None:
+    """The type filters of a selector as :func:`selectors` writes them, or None for any
+    other expression (the engine cannot judge arbitrary CEL)."""
+    parts = [part.strip() for part in expression.split("||")]
+    wanted = []
+    for part in parts:
+        negated = part.startswith("!")
+        found = _MODEL_CONTAINS.match(part.removeprefix("!"))
+        if found is None or (negated and len(parts) > 1):
+            return None
+        text = json.loads(found.group(1))
+        if negated:
+            return [], [text]
+        wanted.append(text)
+    return wanted, []
+
+
+def request_of(
+    claim: Mapping[str, Any], namespace: str = "default", name: str = ""
+) -> tuple[PodRequest, list[str]]:
+    """A claim (or a template's claim ``spec``) read back as the engine's request, so
+    ``vslice plan`` can answer for DRA pods with the same reasons; plus notes on what it asks
+    that the engine cannot judge (a selector it does not recognise, an allocation mode other
+    than ExactCount), which the plan then says it left out."""
+    spec = claim.get("spec") or {}
+    if "spec" in spec and "devices" not in spec:
+        spec = spec.get("spec") or {}
+    containers = []
+    notes: list[str] = []
+    types: list[str] = []
+    excluded: list[str] = []
+    for request in (spec.get("devices") or {}).get("requests") or []:
+        exactly = request.get("exactly") if isinstance(request, Mapping) else None
+        if not isinstance(exactly, Mapping) or exactly.get("deviceClassName") != DEVICE_CLASS:
+            continue
+        label = str(request.get("name", "?"))
+        if exactly.get("allocationMode", "ExactCount") != "ExactCount":
+            notes.append(
+                f"request {label}: allocationMode {exactly.get('allocationMode')} "
+                "is judged as one GPU"
+            )
+        asked = (exactly.get("capacity") or {}).get("requests") or {}
+        memory = asked.get(MEMORY)
+        cores = asked.get(CORES)
+        mib = None if memory is None else -(-parse_quantity(memory, MEMORY) // MIB)
+        containers.append(
+            ContainerRequest(
+                name=label,
+                gpus=int(exactly.get("count") or 1),
+                memory_mib=None if mib is None else int(mib),
+                memory_percent=100 if mib is None else None,
+                cores=0 if cores is None else int(parse_quantity(cores, CORES)),
+            )
+        )
+        for selector in exactly.get("selectors") or []:
+            expression = ((selector or {}).get("cel") or {}).get("expression", "")
+            filters = _type_filters(str(expression))
+            if filters is None:
+                notes.append(f"request {label}: selector {expression!r} is not judged by the plan")
+                continue
+            types += filters[0]
+            excluded += filters[1]
+    return (
+        PodRequest(
+            name=name,
+            namespace=namespace,
+            containers=containers,
+            gpu_types=types,
+            gpu_types_exclude=excluded,
+            gpu_policy="spread",
+        ),
+        notes,
+    )

@@ -164,3 +164,53 @@ def device_class() -> dict[str, Any]:
 
 def memory_bytes(mib: int) -> int:
     return mib * MIB
+
+
+def _attribute(device: Mapping[str, Any], name: str, kind: str) -> Any:
+    value = (device.get("attributes") or {}).get(name) or {}
+    return value.get(kind) if isinstance(value, Mapping) else None
+
+
+def _capacity_value(device: Mapping[str, Any], name: str) -> Any:
+    value = (device.get("capacity") or {}).get(name) or {}
+    return value.get("value") if isinstance(value, Mapping) else None
+
+
+def inventory_from_slice(published: Mapping[str, Any]) -> NodeInventory:
+    """The GPUs a vslice ResourceSlice describes, as the node inventory it was made from.
+
+    The views read DRA-only nodes (no device plugin, so no node annotation) this way. A
+    device that does not read back is an :class:`InvalidRequest` naming the slice, the
+    device and the field (someone else may have written the slice).
+    """
+    spec = published.get("spec") or {}
+    name = str((published.get("metadata") or {}).get("name", "?"))
+    node = spec.get("nodeName")
+    if not isinstance(node, str) or not node:
+        raise InvalidRequest(
+            f"ResourceSlice {name}: spec.nodeName must name a node, got {node!r}",
+            field="spec.nodeName",
+            value=node,
+        )
+    gpus = []
+    for i, item in enumerate(spec.get("devices") or []):
+        where = f"ResourceSlice {name}: spec.devices[{i}]"
+        try:
+            memory = _capacity_value(item, MEMORY)
+            gpus.append(
+                Gpu(
+                    uuid=_attribute(item, "uuid", "string"),
+                    model=_attribute(item, "model", "string"),
+                    memory_mib=int(parse_quantity(memory, "memory") // MIB),
+                    cores=int(parse_quantity(_capacity_value(item, CORES), "cores")),
+                    slots=int(parse_quantity(_capacity_value(item, SLOTS), "slots")),
+                    index=_attribute(item, "index", "int"),
+                    numa=_attribute(item, "numaNode", "int") or 0,
+                    healthy=_attribute(item, "healthy", "bool") is not False,
+                    cordoned=_attribute(item, "cordoned", "bool") is True,
+                )
+            )
+        except (InvalidRequest, ValueError, TypeError) as error:
+            text = str(error).splitlines()[0] if str(error) else type(error).__name__
+            raise InvalidRequest(f"{where}: {text}", field=f"spec.devices[{i}]") from None
+    return NodeInventory(name=node, gpus=gpus)
