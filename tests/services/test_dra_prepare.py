@@ -5,15 +5,14 @@ checkpoint, unprepare, errors naming the claim, and the ResourceSlice publisher.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import subprocess
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
+from dra_fakes import Claims, Slices
 from vslice_core.dra import DRIVER
 from vslice_core.errors import ClusterError
 from vslice_core.model import Gpu, GpuGrant, NodeInventory
@@ -59,21 +58,6 @@ def allocated_claim(ref: ClaimRef = REF, device: str = "gpu-1", **consumed: str)
             }
         },
     }
-
-
-class Claims:
-    """The API server's claims, as the preparer reads them."""
-
-    def __init__(self, *claims: dict[str, Any]) -> None:
-        self.claims = {(c["metadata"]["namespace"], c["metadata"]["name"]): c for c in claims}
-        self.reads = 0
-        self.fail: ClusterError | None = None
-
-    def resource_claim(self, namespace: str, name: str) -> Mapping[str, Any] | None:
-        self.reads += 1
-        if self.fail is not None:
-            raise self.fail
-        return self.claims.get((namespace, name))
 
 
 @pytest.fixture
@@ -228,36 +212,6 @@ def test_a_claim_resolves_through_the_cdi_library_to_what_the_device_plugin_give
     assert {d["path"] for d in oci["linux"]["devices"]} == {
         d.container_path for d in reference.devices
     }
-
-
-class Slices:
-    """The API server's ResourceSlices, with resourceVersion checks."""
-
-    def __init__(self) -> None:
-        self.stored: dict[str, dict[str, Any]] = {}
-        self.writes = 0
-        self.fail: ClusterError | None = None
-
-    def resource_slice(self, name: str) -> Mapping[str, Any] | None:
-        if self.fail is not None:
-            raise self.fail
-        found = self.stored.get(name)
-        return copy.deepcopy(found) if found else None
-
-    def put_resource_slice(self, body: Mapping[str, Any], resource_version: str | None) -> None:
-        name = body["metadata"]["name"]
-        current = self.stored.get(name)
-        if (current is None) != (resource_version is None) or (
-            current and current["metadata"]["resourceVersion"] != resource_version
-        ):
-            raise ClusterError("conflict", code=409)
-        self.writes += 1
-        stored = copy.deepcopy(dict(body))
-        stored["metadata"]["resourceVersion"] = str(self.writes)
-        self.stored[name] = stored
-
-    def node_uid(self, name: str) -> str | None:
-        return "node-uid"
 
 
 def test_the_slice_is_written_on_change_only_with_a_new_generation() -> None:

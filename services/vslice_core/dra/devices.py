@@ -17,7 +17,7 @@ top`` shows it) but takes no new claim.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from vslice_core.dra import CORES, DEVICE_CLASS, DRIVER, MEMORY, MIB, SLOTS
@@ -214,3 +214,17 @@ def inventory_from_slice(published: Mapping[str, Any]) -> NodeInventory:
             text = str(error).splitlines()[0] if str(error) else type(error).__name__
             raise InvalidRequest(f"{where}: {text}", field=f"spec.devices[{i}]") from None
     return NodeInventory(name=node, gpus=gpus)
+
+
+def split(
+    inventory: NodeInventory, dra_gpus: Collection[int] | None
+) -> tuple[NodeInventory, NodeInventory]:
+    """The node's GPUs for the extender path and for the DRA path (``dra_gpus``: indices;
+    None: all of them). A GPU serves one path only: neither allocator sees the other's
+    slices, so a GPU on both could be promised twice."""
+    on_dra = [g for g in inventory.gpus if dra_gpus is None or g.index in dra_gpus]
+    rest = [g for g in inventory.gpus if g not in on_dra]
+    return (
+        inventory.model_copy(update={"gpus": rest}),
+        inventory.model_copy(update={"gpus": on_dra}),
+    )

@@ -18,6 +18,8 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import HealthServicer
+from vslice_core.dra.devices import split
+from vslice_core.model import NodeInventory
 
 from vslice_services.deviceplugin.allocator import Allocator
 from vslice_services.deviceplugin.api import deviceplugin_pb2_grpc as pb_grpc
@@ -81,7 +83,7 @@ class DevicePlugin:
     def __init__(self, settings: DevicePluginSettings, backend: GpuBackend, api: NodeApi) -> None:
         self.settings = settings
         self.backend = backend
-        self.board = DeviceBoard(virtual_devices(backend.inventory().gpus))
+        self.board = DeviceBoard(virtual_devices(self.extender_inventory().gpus))
         self.handover = handover_of(settings)
         self.layout = self.handover.layout
         self.shim_state = "not checked"
@@ -122,7 +124,7 @@ class DevicePlugin:
             grace_s=settings.region_grace_seconds,
             what="limits directory",
         )
-        self.dra = DraNode(settings, backend, self.handover) if settings.dra else None
+        self.dra = DraNode(settings, self.dra_inventory, self.handover) if settings.dra else None
         if self.dra is not None:
             # Region and limits directories of prepared claims are named by claim UID: they
             # go when the kubelet unprepares the claim, not when no pod has that UID.
@@ -137,6 +139,19 @@ class DevicePlugin:
         )
         self._stop = threading.Event()
         self._refresher = threading.Thread(target=self._refresh_loop, name="refresh", daemon=True)
+
+    @property
+    def dra_gpus(self) -> list[int] | None:
+        """GPU indices on the DRA path: none without ``dra``, else the setting (None: all)."""
+        return self.settings.dra_gpus if self.settings.dra else []
+
+    def extender_inventory(self) -> NodeInventory:
+        """The GPUs on the device-plugin path: advertised to the kubelet and in the node
+        annotation the extender reads. The CDI spec lists every GPU (claims name them too)."""
+        return split(self.backend.inventory(), self.dra_gpus)[0]
+
+    def dra_inventory(self) -> NodeInventory:
+        return split(self.backend.inventory(), self.dra_gpus)[1]
 
     def _add_servicer(self, server: grpc.Server) -> None:
         pb_grpc.add_DevicePluginServicer_to_server(  # type: ignore[no-untyped-call]
@@ -176,12 +191,12 @@ class DevicePlugin:
     def refresh(self) -> None:
         """One pass: backend -> board, host files and CDI spec, inventory annotation, delivery
         records, stale dirs."""
-        inventory = self.backend.inventory()
+        inventory, on_dra = split(self.backend.inventory(), self.dra_gpus)
         self.board.update(virtual_devices(inventory.gpus))
         self.sync_node_files()
         self.annotation.maybe_write(inventory, time.monotonic())
         if self.dra is not None:
-            self.dra.publisher.maybe_publish(inventory, time.monotonic())
+            self.dra.publisher.maybe_publish(on_dra, time.monotonic())
         self.allocator.retry_deliveries()
         self.sweeper.maybe_sweep(time.monotonic())
         self.limits_sweeper.maybe_sweep(time.monotonic())

@@ -190,6 +190,12 @@ class DevicePluginSettings(NodeServiceSettings):
         "ResourceSlice and prepare ResourceClaims for the kubelet (Kubernetes 1.36 or newer; "
         "needs injection cdi). The device-plugin path keeps working beside it.",
     )
+    dra_gpus: list[int] | None = Field(
+        default=None,
+        description="With dra: the indices of the GPUs served on the DRA path; the others stay "
+        "on the device-plugin path. A GPU serves one path only (neither allocator sees the "
+        "other's slices). Empty (null): every GPU.",
+    )
     kubelet_plugins_registry: str = Field(
         default="/var/lib/kubelet/plugins_registry",
         description="The kubelet's plugin registration directory (the DRA driver's "

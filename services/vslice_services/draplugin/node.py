@@ -6,12 +6,13 @@ either path."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from vslice_core.dra import DRIVER
+from vslice_core.model import NodeInventory
 
-from vslice_services.deviceplugin.backends import GpuBackend
 from vslice_services.deviceplugin.delivery import Handover
 from vslice_services.deviceplugin.settings import DevicePluginSettings
 from vslice_services.draplugin.checkpoint import Checkpoint
@@ -57,13 +58,16 @@ def driver_dir(settings: DevicePluginSettings) -> Path:
 
 class DraNode:
     def __init__(
-        self, settings: DevicePluginSettings, backend: GpuBackend, handover: Handover
+        self,
+        settings: DevicePluginSettings,
+        inventory: Callable[[], NodeInventory],
+        handover: Handover,
     ) -> None:
         api = LazyDraApi(settings.kubeconfig or None)
         self.checkpoint = Checkpoint(driver_dir(settings) / "checkpoint.json")
         self.preparer = ClaimPreparer(
             settings.node_name,
-            backend.inventory,
+            inventory,
             api,
             handover,
             Path(settings.cdi_spec_dir),

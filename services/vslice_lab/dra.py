@@ -1,0 +1,45 @@
+"""The lab's DRA side: the DeviceClass ``gpu.vslice.io`` and a ResourceSlice for every
+simulated node, so kube-scheduler's own DRA allocator can place claim pods on kwok nodes as it
+does on real ones (a real node's agent publishes its own slice, with ``dra: true``).
+
+Only on Kubernetes 1.36 or newer: consumable capacity (``allowMultipleAllocations``, request
+policies, consumed capacity in the results) is beta and on by default from 1.36. On 1.34 the
+API server drops those fields (the gate is off), and a slice without them would let one claim
+take a whole GPU while claiming to share it: the lab publishes nothing there.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from vslice_core.dra.devices import device_class
+from vslice_kube.dra import DraApi
+from vslice_services.draplugin.publisher import SlicePublisher
+
+from vslice_lab.inventory import SimulatedNode
+
+MIN_VERSION = (1, 36)
+
+
+def supported(version: str) -> bool:
+    """Whether a Kubernetes version (``v1.36.3``) serves consumable capacity by default."""
+    found = re.match(r"^v?(\d+)\.(\d+)", version)
+    if found is None:
+        return False
+    return (int(found.group(1)), int(found.group(2))) >= MIN_VERSION
+
+
+def install(api: DraApi, nodes: Sequence[SimulatedNode]) -> int:
+    """Apply the DeviceClass and the simulated nodes' slices (16 at a time, written only
+    when they differ from what is stored); how many nodes have one."""
+    api.apply_device_class(device_class())
+    simulated = [node for node in nodes if not node.real and node.inventory.gpus]
+
+    def publish(node: SimulatedNode) -> None:
+        SlicePublisher(api, node.name).publish(node.inventory)
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        list(pool.map(publish, simulated))
+    return len(simulated)
