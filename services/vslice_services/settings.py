@@ -256,6 +256,18 @@ class WebhookSettings(ServiceSettings):
         description="Deny a pod whose GPU memory or cores alone exceed its namespace's "
         "ResourceQuota (needs API access).",
     )
+    path: Literal["extender", "dra"] = Field(
+        default="extender",
+        description="How GPU pods are scheduled, cluster-wide: extender (vslice's scheduler "
+        "and device plugin) or dra (the pod's GPU limits become a ResourceClaim of "
+        "gpu.vslice.io that kube-scheduler allocates; needs API access). dra_namespaces and "
+        "the namespace label vslice.io/path override it (docs/webhook.md, DRA path).",
+    )
+    dra_namespaces: list[str] = Field(
+        default_factory=list,
+        description="Namespaces whose GPU pods take the DRA path whatever path says (a "
+        "namespace's vslice.io/path label still wins).",
+    )
 
 
 S = TypeVar("S", bound=ServiceSettings)

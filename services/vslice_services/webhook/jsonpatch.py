@@ -53,7 +53,12 @@ class PodPatch:
         """Remove the value at ``path`` if it is there (nothing to do otherwise)."""
         node: Any = self.pod
         for token in path[:-1]:
-            node = node.get(token) if isinstance(node, dict) else None
+            if isinstance(node, dict):
+                node = node.get(token)
+            elif isinstance(node, list) and isinstance(token, int) and 0 <= token < len(node):
+                node = node[token]  # a container of spec.containers, by position
+            else:
+                node = None
         if isinstance(node, dict) and path[-1] in node:
             del node[path[-1]]
             self.ops.append({"op": "remove", "path": pointer(path)})

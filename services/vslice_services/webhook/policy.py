@@ -18,6 +18,9 @@ namespace label keeps the webhook away, through the configuration's ``namespaceS
 5. otherwise patched: the normalized limits, ``spec.schedulerName`` (unless the pod already
    names a scheduler of its own) and, if configured, ``NVIDIA_VISIBLE_DEVICES=none`` on its
    containers that ask for no GPU, so they do not see the node's GPUs through the runtime.
+   On the DRA path (``routing``: the namespace's label, then the settings) the limits and the
+   scheduler name are replaced by a ResourceClaimTemplate the pod references
+   (``draconvert``); the verdict then carries the template, which ``main`` creates.
 """
 
 from __future__ import annotations
@@ -33,10 +36,11 @@ from vslice_core.requests import limit_patch, normalize_pod, uses_gpus
 from vslice_core.resources import DEFAULT_RESOURCE_NAMES, ResourceNames
 
 from vslice_services.quota import exceeded, request_totals
-from vslice_services.webhook import environment, inputs
+from vslice_services.webhook import draconvert, environment, inputs
 from vslice_services.webhook.jsonpatch import PodPatch
 from vslice_services.webhook.podspec import containers
 from vslice_services.webhook.review import AdmissionRequest, Verdict
+from vslice_services.webhook.routing import SchedulingPath, choose_path
 
 HIDE_GPUS_ENV = environment.VISIBLE_DEVICES
 DEFAULT_SCHEDULER = "default-scheduler"
@@ -47,11 +51,17 @@ class WebhookPolicy:
     names: ResourceNames = DEFAULT_RESOURCE_NAMES
     scheduler_name: str = "vslice-scheduler"
     hide_gpus_from_other_containers: bool = False
+    path: SchedulingPath = "extender"
+    dra_namespaces: frozenset[str] = frozenset()
 
 
 def review_pod(
-    request: AdmissionRequest, policy: WebhookPolicy, quota: QuotaLimits | None = None
+    request: AdmissionRequest,
+    policy: WebhookPolicy,
+    quota: QuotaLimits | None = None,
+    namespace_labels: Mapping[str, str] | None = None,
 ) -> Verdict:
+    """``namespace_labels``: the labels of the pod's Namespace (None: not known)."""
     if request.operation != "CREATE":
         return Verdict(allowed=True)
     pod = request.pod
@@ -80,12 +90,42 @@ def review_pod(
         denial = _over_quota(request, quota, normalized.request, policy.names)
     if denial is not None:
         return Verdict.deny(denial)
+    route = choose_path(request.namespace, namespace_labels, policy.path, policy.dra_namespaces)
+    warnings += route.warnings
+    if route.path == "dra":
+        return _dra(request, policy, patch, normalized.request, gpu_containers, quota, warnings)
     warnings += _route(patch, policy.scheduler_name)
     if policy.hide_gpus_from_other_containers:
         _hide_gpus(patch, gpu_containers)
     return Verdict(
         allowed=True, patch=limit_patch(pod, normalized.changes) + patch.ops, warnings=warnings
     )
+
+
+def _dra(
+    request: AdmissionRequest,
+    policy: WebhookPolicy,
+    patch: PodPatch,
+    pod_request: PodRequest,
+    gpu_containers: set[tuple[bool, str]],
+    quota: QuotaLimits | None,
+    warnings: list[str],
+) -> Verdict:
+    try:
+        conversion = draconvert.convert(patch, pod_request, policy.names, request.namespace)
+    except InvalidRequest as exc:
+        return Verdict.deny(str(exc), code=400)
+    warnings += conversion.warnings
+    if quota is not None:
+        # The pod alone was checked above; the running total is the extender's, at bind time,
+        # and kube-scheduler's DRA allocator does not count it.
+        warnings.append(
+            f"namespace {request.namespace!r} GPU quota: on the DRA path only this pod alone "
+            "is checked against it, not what the namespace's other pods already use"
+        )
+    if policy.hide_gpus_from_other_containers:
+        _hide_gpus(patch, gpu_containers)
+    return Verdict(allowed=True, patch=patch.ops, warnings=warnings, objects=[conversion.template])
 
 
 def _strip_state(patch: PodPatch) -> list[str]:

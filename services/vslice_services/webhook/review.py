@@ -1,6 +1,7 @@
 """The AdmissionReview v1 wire format: parse a request, encode a response.
 
-Parsing is strict about what the webhook needs (``request.uid``, ``request.object`` as a Pod)
+Parsing is strict about what the webhook needs (``request.uid``, ``request.object`` as a Pod,
+or as a ``resource.k8s.io/v1`` ResourceClaim or ResourceClaimTemplate: :class:`ClaimAdmission`)
 and reports the first problem as :class:`vslice_core.errors.InvalidRequest` naming the field
 and the value, so a broken body gets a clear 400 instead of a traceback.
 """
@@ -15,6 +16,8 @@ from typing import Any
 from vslice_core.errors import InvalidRequest
 
 API_VERSION = "admission.k8s.io/v1"
+CLAIM_API_VERSION = "resource.k8s.io/v1"
+CLAIM_KINDS = ("ResourceClaim", "ResourceClaimTemplate")
 
 
 @dataclass(frozen=True)
@@ -28,6 +31,21 @@ class AdmissionRequest:
 
 
 @dataclass(frozen=True)
+class ClaimAdmission:
+    """A ResourceClaim or ResourceClaimTemplate being created or updated."""
+
+    uid: str
+    operation: str
+    namespace: str
+    name: str
+    kind: str
+    claim: dict[str, Any]
+    old_claim: dict[str, Any] | None = None
+    """The stored object of an UPDATE (None for a CREATE)."""
+    dry_run: bool = False
+
+
+@dataclass(frozen=True)
 class Verdict:
     """What the webhook decided: allow (with an optional JSON Patch) or deny with a message."""
 
@@ -36,6 +54,9 @@ class Verdict:
     message: str = ""
     code: int = 200
     warnings: list[str] = field(default_factory=list)
+    objects: list[dict[str, Any]] = field(default_factory=list)
+    """Objects that must exist before the request is admitted (a DRA pod's
+    ResourceClaimTemplate): ``main`` creates them, except on a dry run; never encoded."""
 
     @classmethod
     def deny(cls, message: str, code: int = 403) -> Verdict:
@@ -59,8 +80,8 @@ def _load(body: bytes) -> Any:
         raise NotAReview(f"body is not JSON: {exc}", field="body", value=body[:80]) from exc
 
 
-def parse_review(body: bytes) -> AdmissionRequest:
-    """The pod and metadata of an AdmissionReview body."""
+def parse_review(body: bytes) -> AdmissionRequest | ClaimAdmission:
+    """The pod (or claim) and metadata of an AdmissionReview body."""
     review = _load(body)
     if not isinstance(review, dict):
         raise NotAReview("body must be an AdmissionReview object", field="body", value=review)
@@ -78,6 +99,8 @@ def parse_review(body: bytes) -> AdmissionRequest:
             f"request.uid must be a non-empty string, got {uid!r}", field="request.uid", value=uid
         )
     pod = _mapping(request.get("object"), "request.object")
+    if pod.get("kind") in CLAIM_KINDS:
+        return _claim_admission(request, uid, pod)
     if pod.get("kind", "Pod") != "Pod":
         raise InvalidRequest(
             f"request.object.kind must be Pod, got {pod.get('kind')!r}",
@@ -96,6 +119,31 @@ def parse_review(body: bytes) -> AdmissionRequest:
         ),
         name=str(request.get("name") or metadata.get("name") or metadata.get("generateName") or ""),
         pod=pod,
+        dry_run=bool(request.get("dryRun", False)),
+    )
+
+
+def _claim_admission(request: dict[str, Any], uid: str, claim: dict[str, Any]) -> ClaimAdmission:
+    # Only v1 is read: the webhook's rule names v1, and with matchPolicy Equivalent the API
+    # server converts a request for another version to v1 before calling.
+    if claim.get("apiVersion") != CLAIM_API_VERSION:
+        raise InvalidRequest(
+            f"request.object.apiVersion must be {CLAIM_API_VERSION} for a {claim.get('kind')}, "
+            f"got {claim.get('apiVersion')!r}",
+            field="request.object.apiVersion",
+            value=claim.get("apiVersion"),
+        )
+    _mapping(claim.get("spec"), "request.object.spec")
+    metadata = _mapping(claim.get("metadata") or {}, "request.object.metadata")
+    old = request.get("oldObject")
+    return ClaimAdmission(
+        uid=uid,
+        operation=str(request.get("operation", "CREATE")),
+        namespace=str(request.get("namespace") or metadata.get("namespace") or "default"),
+        name=str(request.get("name") or metadata.get("name") or metadata.get("generateName") or ""),
+        kind=str(claim["kind"]),
+        claim=claim,
+        old_claim=_mapping(old, "request.oldObject") if old is not None else None,
         dry_run=bool(request.get("dryRun", False)),
     )
 
