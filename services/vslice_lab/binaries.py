@@ -28,6 +28,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -55,41 +56,11 @@ SYSTEM_TOOLS: dict[str, tuple[str, ...]] = {
 """What a real node takes from the distribution (Debian: runc, containernetworking-plugins),
 by the paths where the packages install them."""
 
-# The k8s.io modules that live in kubernetes/staging for 1.34; the main module's go.mod points
-# them at ./staging, which a dependent module cannot see, so the wrapper pins each to v0.Y.Z.
-STAGING_MODULES = (
-    "api",
-    "apiextensions-apiserver",
-    "apimachinery",
-    "apiserver",
-    "cli-runtime",
-    "client-go",
-    "cloud-provider",
-    "cluster-bootstrap",
-    "code-generator",
-    "component-base",
-    "component-helpers",
-    "controller-manager",
-    "cri-api",
-    "cri-client",
-    "csi-translation-lib",
-    "dynamic-resource-allocation",
-    "endpointslice",
-    "externaljwt",
-    "kms",
-    "kube-aggregator",
-    "kube-controller-manager",
-    "kube-proxy",
-    "kube-scheduler",
-    "kubectl",
-    "kubelet",
-    "metrics",
-    "mount-utils",
-    "pod-security-admission",
-    "sample-apiserver",
-    "sample-cli-plugin",
-    "sample-controller",
-)
+# The k8s.io modules that live in kubernetes/staging: the main module's go.mod points them at
+# ./staging, which a dependent module cannot see, so the wrapper pins each to v0.Y.Z. The list
+# changes between minors (1.36 added cri-streaming and streaming), so it is read from the
+# release's own go.mod (see ``_staging_modules``).
+_STAGING_REPLACE = re.compile(r"^\s*(?:replace\s+)?k8s\.io/([\w.-]+)\s+=>\s+\./staging/", re.M)
 
 
 class BinaryError(Exception):
@@ -375,13 +346,14 @@ def _wrapper_module(
 def _kubernetes_step(
     go: str, version: str, names: Sequence[str], directory: Path
 ) -> tuple[list[str], Path]:
+    component = "+".join(names)
     staging = "v0." + version.removeprefix("v").split(".", 1)[1]
     workdir = directory / "src" / "kubernetes"
     _wrapper_module(
         workdir,
         "vslice.local/kubebuild",
         {"k8s.io/kubernetes": version},
-        {f"k8s.io/{name}": staging for name in STAGING_MODULES},
+        {f"k8s.io/{name}": staging for name in _staging_modules(go, version, component)},
     )
     ldflags = f"-s -w -X k8s.io/component-base/version.gitVersion={version}"
     packages = [f"k8s.io/kubernetes/cmd/{name}" for name in names]
@@ -392,6 +364,41 @@ def _kubernetes_step(
         f"-o {directory / 'bin'}/ {' '.join(packages)}"
     )
     return ["bash", "-ec", script], workdir
+
+
+def staging_modules(go_mod: str) -> list[str]:
+    """The staging module names a kubernetes release's go.mod replaces with ./staging paths."""
+    return sorted(set(_STAGING_REPLACE.findall(go_mod)))
+
+
+def _staging_modules(go: str, version: str, component: str) -> list[str]:
+    """Read from the release's go.mod, downloaded by go; a failure is reported like a failed
+    build step: under the component being built, with go's answer appended to the build log."""
+    log = cache_dir(version) / "build.log"
+    result = subprocess.run(
+        [go, "mod", "download", "-json", f"k8s.io/kubernetes@{version}"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "GOFLAGS": "-mod=mod"},
+    )
+    try:
+        names = staging_modules(Path(json.loads(result.stdout)["GoMod"]).read_text())
+    except (ValueError, KeyError, TypeError, OSError) as error:
+        names, problem = [], f"cannot read its go.mod ({error})"
+    else:
+        problem = "its go.mod names no staging module"
+    if not names:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("a") as out:
+            out.write(f"\n$ {go} mod download -json k8s.io/kubernetes@{version}\n")
+            out.write(result.stdout + result.stderr)
+        raise BinaryError(
+            f"building {component} failed: k8s.io/kubernetes@{version}: {problem}; see {log}",
+            component=component,
+            log=log,
+        )
+    return names
 
 
 def _kwok_step(go: str, directory: Path) -> tuple[list[str], Path]:
