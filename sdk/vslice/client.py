@@ -22,10 +22,10 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from vslice_core.cluster import load_yaml
+from vslice_core.dra import DRIVER
 from vslice_kube.workloads import Workloads
 
-from vslice import manifests
+from vslice import dra, manifests
 from vslice.errors import InvalidRequest
 from vslice.plans import Plan, plan_manifest, slice_manifest
 from vslice.slices import Slice
@@ -75,8 +75,25 @@ class Client:
     # --- reading the cluster -------------------------------------------------------------
 
     def snapshot(self) -> ClusterSnapshot:
-        """Nodes and pods read once; every view below is built from one snapshot."""
-        return ClusterSnapshot.read(self._calls.list_nodes(), self._calls.list_pods())
+        """Nodes and pods read once, and the DRA path's ResourceSlices and ResourceClaims;
+        every view below is built from one snapshot. A cluster without the DRA API (or a
+        user not allowed to read it) gives the extender path only, and ``problems`` says so
+        once."""
+        nodes, pods = self._calls.list_nodes(), self._calls.list_pods()
+        slices = self._calls.list_resource_slices(DRIVER)
+        absent = self._calls.dra_unavailable
+        claims = [] if absent else self._calls.list_resource_claims()
+        absent = absent or self._calls.dra_unavailable
+        snapshot = ClusterSnapshot.read(
+            nodes,
+            pods,
+            slices,
+            claims,
+            templates=None if absent else self._calls.get_resource_claim_template,
+        )
+        if absent:
+            snapshot.problems.append(f"DRA allocations are not shown: {absent}")
+        return snapshot
 
     def gpus(self) -> GpuTable:
         """Every GPU: capacity, what is allocated, and the pods holding slices."""
@@ -88,16 +105,29 @@ class Client:
 
     def plan(
         self,
-        request: SliceLike | Mapping[str, Any],
+        request: SliceLike | Mapping[str, Any] | str,
         *,
         namespace: str | None = None,
         snapshot: ClusterSnapshot | None = None,
     ) -> Plan:
-        """Would ``request`` (a Slice or a Pod/Job manifest) fit now, where, and if not,
-        why, per node. Raises InvalidRequest for a GPU type or UUID the cluster lacks."""
-        wanted, manifest = self._as_manifest(request)
+        """Would ``request`` (a Slice, or a Pod/Job manifest as a dict or YAML text) fit
+        now, where, and if not, why, per node. Raises InvalidRequest for a GPU type or UUID
+        the cluster lacks. A DRA pod's claims and templates are read from the YAML text (the
+        documents beside the pod), else from the cluster."""
+        wanted, manifest, beside = self._as_manifest(request)
         ns = namespace or _manifest_namespace(manifest) or self.namespace
-        return plan_manifest(snapshot or self.snapshot(), manifest, slice=wanted, namespace=ns)
+        return plan_manifest(
+            snapshot or self.snapshot(),
+            manifest,
+            slice=wanted,
+            namespace=ns,
+            claims=dra.chain(_in_namespace(beside, ns), self._claim_lookup),
+        )
+
+    def _claim_lookup(self, kind: str, namespace: str, name: str) -> Mapping[str, Any] | None:
+        if kind == "ResourceClaim":
+            return self._calls.get_resource_claim(namespace, name)
+        return self._calls.get_resource_claim_template(namespace, name)
 
     # --- creating workloads --------------------------------------------------------------
 
@@ -123,7 +153,7 @@ class Client:
             image, command, slice=wanted, name=name, env=env, labels=labels
         )
         manifest = manifests.job_manifest(pod) if kind == "Job" else pod
-        return self._create(manifest, wanted, namespace, queue)
+        return self._create(manifest, wanted, namespace, queue, "main")
 
     def submit(
         self,
@@ -135,12 +165,14 @@ class Client:
         queue: bool = False,
     ) -> Workload:
         """Create a Pod or Job from a manifest (a dict or YAML text), optionally putting
-        ``slice`` on one container (default: the first). Checked like :meth:`run`."""
-        body = _load_manifest(manifest)
+        ``slice`` on one container (default: the first). Checked like :meth:`run`. YAML text
+        may hold, beside the workload, the ResourceClaimTemplates and ResourceClaims it
+        names: they are created first (one that exists already is kept)."""
+        body, beside = _load_manifest(manifest)
         wanted = as_slice(slice) if slice is not None else None
         if wanted is not None:
             body = manifests.apply_slice(body, wanted, container)
-        return self._create(body, wanted, namespace, queue)
+        return self._create(body, wanted, namespace, queue, container, beside)
 
     def workload(
         self, name: str, *, kind: Literal["Pod", "Job"] = "Pod", namespace: str | None = None
@@ -149,12 +181,36 @@ class Client:
         return Workload(self._calls, kind, namespace or self.namespace, name)
 
     def _create(
-        self, manifest: dict[str, Any], wanted: Slice | None, namespace: str | None, queue: bool
+        self,
+        manifest: dict[str, Any],
+        wanted: Slice | None,
+        namespace: str | None,
+        queue: bool,
+        container: str | None = None,
+        beside: Sequence[Mapping[str, Any]] = (),
     ) -> Workload:
         ns = _resolve_namespace(manifest, namespace) or self.namespace
-        plan = plan_manifest(self.snapshot(), manifest, slice=wanted, namespace=ns)
+        objects = _in_namespace(beside, ns)
+        if wanted is not None and wanted.path == "dra":
+            template = manifests.claim_template(
+                wanted, manifests.container_name(manifest, container), ns
+            )
+            objects[("ResourceClaimTemplate", ns, template["metadata"]["name"])] = template
+        plan = plan_manifest(
+            self.snapshot(),
+            manifest,
+            slice=wanted,
+            namespace=ns,
+            claims=dra.chain(objects, self._claim_lookup),
+        )
         if not queue:
             plan.raise_for_fit()
+        # The claims first: a pod naming a template that does not exist yet waits for it.
+        for (kind, where, _), body in objects.items():
+            if kind == "ResourceClaimTemplate":
+                self._calls.create_resource_claim_template(where, dict(body))
+            else:
+                self._calls.create_resource_claim(where, dict(body))
         if manifest["kind"] == "Job":
             created = self._calls.create_job(ns, manifest)
         else:
@@ -162,19 +218,28 @@ class Client:
         return Workload(self._calls, manifest["kind"], ns, created["metadata"]["name"])
 
     def _as_manifest(
-        self, request: SliceLike | Mapping[str, Any]
-    ) -> tuple[Slice | None, dict[str, Any]]:
+        self, request: SliceLike | Mapping[str, Any] | str
+    ) -> tuple[Slice | None, dict[str, Any], list[Mapping[str, Any]]]:
         if isinstance(request, Slice) or (
             isinstance(request, Mapping) and "kind" not in request and "spec" not in request
         ):
             wanted = as_slice(request)
-            return wanted, slice_manifest(wanted)
-        return None, _load_manifest(request)
+            return wanted, slice_manifest(wanted), []
+        body, beside = _load_manifest(request)
+        return None, body, beside
 
 
-def _load_manifest(manifest: Mapping[str, Any] | str) -> dict[str, Any]:
+def _load_manifest(
+    manifest: Mapping[str, Any] | str,
+) -> tuple[dict[str, Any], list[Mapping[str, Any]]]:
+    """The workload, and (YAML text only) the claims and templates beside it."""
+    beside: list[Mapping[str, Any]] = []
     if isinstance(manifest, str):
-        manifest = load_yaml(manifest, "manifest")
+        documents = dra.load_documents(manifest, "manifest")
+        if not documents:
+            raise InvalidRequest("manifest must be a Pod or Job, got no document", field="manifest")
+        manifest, found = dra.split_documents(documents, "manifest")
+        beside = [copy.deepcopy(dict(item)) for item in found.values()]
     if not isinstance(manifest, Mapping):
         raise InvalidRequest(
             f"manifest must be a Pod or Job mapping, got {type(manifest).__name__}",
@@ -182,7 +247,21 @@ def _load_manifest(manifest: Mapping[str, Any] | str) -> dict[str, Any]:
         )
     body = copy.deepcopy(dict(manifest))  # never change the caller's manifest
     manifests.pod_template(body)  # validates kind and shape
-    return body
+    return body, beside
+
+
+def _in_namespace(
+    objects: Sequence[Mapping[str, Any]], namespace: str
+) -> dict[tuple[str, str, str], Mapping[str, Any]]:
+    """Claims and templates keyed ``(kind, namespace, name)``; one without a namespace goes
+    to the workload's (a pod can only name claims of its own namespace)."""
+    found: dict[tuple[str, str, str], Mapping[str, Any]] = {}
+    for item in objects:
+        metadata = dict(item.get("metadata") or {})
+        metadata["namespace"] = metadata.get("namespace") or namespace
+        body = {**item, "metadata": metadata}
+        found[(str(item.get("kind")), metadata["namespace"], str(metadata.get("name")))] = body
+    return found
 
 
 def _manifest_namespace(manifest: Mapping[str, Any]) -> str | None:

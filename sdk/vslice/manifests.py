@@ -4,6 +4,14 @@ The SDK speaks plain manifests (dicts, as ``kubectl apply`` would read them), so
 ``client.run`` creates is exactly what a user could write by hand, and ``client.submit``
 accepts the user's own manifest. A slice lands on one container as resource limits and on
 the pod (or the Job's pod template) as annotations.
+
+A ``Slice(path="dra")`` lands as a claim instead: the pod (or template) gets
+``spec.resourceClaims: [{name: vslice-gpu, resourceClaimTemplateName: vslice-<hash>}]``, the
+container ``resources.claims: [{name: vslice-gpu, request: <container>}]`` and no
+``nvidia.com/*`` limits (no node advertises them on the DRA path). :func:`claim_template`
+is the ResourceClaimTemplate it names; ``client.run`` and ``client.submit`` create it first.
+The annotations stay, as on pods the webhook converts, so a plan can say which of them DRA
+does not apply.
 """
 
 from __future__ import annotations
@@ -13,6 +21,11 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from vslice_core.dra import claims
+from vslice_core.model import PodRequest
+from vslice_core.requests import pod_request
+
+from vslice import dra
 from vslice.errors import InvalidRequest
 from vslice.slices import Slice
 
@@ -116,10 +129,56 @@ def apply_slice(
     containers = spec.get("containers") or []
     target = _find_container(containers, container)
     resources = target.setdefault("resources", {})
-    resources.setdefault("limits", {}).update(slice.limits())
+    if slice.path == "dra":
+        template = claim_template(slice, str(target.get("name") or ""))
+        entry = {"name": dra.CLAIM_NAME, "request": claims.request_name(str(target["name"]))}
+        resources["claims"] = [
+            *(c for c in resources.get("claims") or [] if c.get("name") != dra.CLAIM_NAME),
+            entry,
+        ]
+        reference = {
+            "name": dra.CLAIM_NAME,
+            "resourceClaimTemplateName": template["metadata"]["name"],
+        }
+        spec["resourceClaims"] = [
+            *(c for c in spec.get("resourceClaims") or [] if c.get("name") != dra.CLAIM_NAME),
+            reference,
+        ]
+    else:
+        resources.setdefault("limits", {}).update(slice.limits())
     if slice.annotations():
         metadata.setdefault("annotations", {}).update(slice.annotations())
     return result
+
+
+def slice_request(slice: Slice, container: str = "main") -> PodRequest:
+    """The core's normalized request for ``slice`` on one container: what the webhook would
+    read from the limits and annotations, so both paths ask the same."""
+    pod = {
+        "metadata": {"annotations": slice.annotations()},
+        "spec": {"containers": [{"name": container, "resources": {"limits": slice.limits()}}]},
+    }
+    return pod_request(pod)
+
+
+def claim_template(
+    slice: Slice, container: str = "main", namespace: str | None = None
+) -> dict[str, Any]:
+    """The ResourceClaimTemplate a ``Slice(path="dra")`` on ``container`` names: one request
+    named after the container, built by :func:`vslice_core.dra.claims.claim_spec`; named
+    ``vslice-`` and a hash of that spec, so the same slice shares one template."""
+    try:
+        spec = claims.claim_spec(slice_request(slice, container))
+    except InvalidRequest as exc:
+        # claim_spec names its own field (containers[...]); the SDK's field is memory.
+        raise InvalidRequest(f"memory: {exc}", field="memory", value=slice.memory_percent) from None
+    return dra.claim_template(spec, namespace, MANAGED_BY)
+
+
+def container_name(manifest: Mapping[str, Any], container: str | None = None) -> str:
+    """The name of the container a slice goes on (default: the first)."""
+    _, spec = pod_template(copy.deepcopy(dict(manifest)))
+    return str(_find_container(spec.get("containers") or [], container).get("name") or "")
 
 
 def _find_container(containers: list[dict[str, Any]], name: str | None) -> dict[str, Any]:

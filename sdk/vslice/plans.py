@@ -3,19 +3,25 @@
 A plan wraps the core engine's :class:`vslice_core.model.Decision` (the same engine the
 extender runs) with the request it answers. It renders as HTML in a notebook and as text,
 and ``to_dict()`` has the shape ``vslice plan --json`` prints.
+
+A pod on the DRA path (its ``spec.resourceClaims`` name claims of vslice's device class) is
+planned with the same engine: its request is read back from the claim or template
+(:func:`vslice_core.dra.claims.request_of`), and the plan says that kube-scheduler's DRA
+allocator places the pod and what the engine's answer leaves out there (``Plan.notes``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from vslice_core import whynot
 from vslice_core.model import Decision, GpuGrant, PodRequest
 from vslice_core.plan import plan_json
 from vslice_core.requests import pod_request
 
-from vslice import manifests
+from vslice import dra, manifests
 from vslice.errors import InvalidRequest, NoFit
 from vslice.slices import Slice
 from vslice.snapshot import ClusterSnapshot
@@ -38,6 +44,10 @@ class Plan:
     namespace: str = "default"
     gpu_models: tuple[str, ...] = field(default=())
     request: PodRequest | None = None
+    path: Literal["extender", "dra"] = "extender"
+    """``dra``: the pod's claims name vslice's devices and kube-scheduler places it."""
+    notes: tuple[str, ...] = ()
+    """DRA path: what the engine's answer leaves out (policies DRA cannot express, ...)."""
 
     @property
     def fits(self) -> bool:
@@ -86,8 +96,12 @@ class Plan:
         return self
 
     def to_dict(self) -> dict[str, Any]:
-        """The ``vslice plan --json`` shape (the core builds both)."""
-        return plan_json(self.decision, self.request)
+        """The ``vslice plan --json`` shape (the core builds both); a DRA plan adds ``dra``
+        (``path``, ``driver``, ``placed_by``, ``notes``)."""
+        result = plan_json(self.decision, self.request)
+        if self.path == "dra":
+            result["dra"] = dra.plan_json(self.notes)
+        return result
 
     def _repr_html_(self) -> str:
         from vslice import views
@@ -115,10 +129,23 @@ def plan_manifest(
     *,
     slice: Slice | None = None,
     namespace: str = "default",
+    claims: dra.Lookup | Mapping[tuple[str, str, str], Mapping[str, Any]] | None = None,
 ) -> Plan:
     """Plan a Pod or Job manifest against a snapshot with the core engine (every node's
-    verdict). Raises InvalidRequest for a bad manifest or a GPU type/UUID the cluster lacks."""
-    request = _pod_request(manifest, namespace)
+    verdict). Raises InvalidRequest for a bad manifest or a GPU type/UUID the cluster lacks.
+
+    A pod whose ``spec.resourceClaims`` name vslice claims is planned on the DRA path: its
+    claims and templates are found through ``claims`` (a lookup or a mapping keyed ``(kind,
+    namespace, name)``) and, for a ``Slice(path="dra")``, the template the slice makes; one
+    that is not found is an InvalidRequest naming the pod's field."""
+    pod = _pod(manifest, namespace)
+    found = dra.pod_request(pod, dra.chain(_slice_templates(pod, slice, namespace), claims))
+    if found is None:
+        request = _pod_request(pod)
+        notes: tuple[str, ...] = ()
+    else:
+        _refuse_missing(found, namespace)
+        request, notes = found.request, tuple(dra.notes(pod, found.notes))
     check_against_cluster(request, snapshot)
     return Plan(
         decision=snapshot.decide(request),
@@ -126,6 +153,35 @@ def plan_manifest(
         namespace=namespace,
         gpu_models=tuple(snapshot.gpu_models()),
         request=request,
+        path="extender" if found is None else "dra",
+        notes=notes,
+    )
+
+
+def _slice_templates(
+    pod: Mapping[str, Any], wanted: Slice | None, namespace: str
+) -> dict[tuple[str, str, str], Mapping[str, Any]]:
+    """The template a DRA slice makes, for whichever container it was put on."""
+    if wanted is None or wanted.path != "dra":
+        return {}
+    found: dict[tuple[str, str, str], Mapping[str, Any]] = {}
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        template = manifests.claim_template(wanted, str(container.get("name") or ""), namespace)
+        found[("ResourceClaimTemplate", namespace, template["metadata"]["name"])] = template
+    return found
+
+
+def _refuse_missing(found: dra.DraRequest, namespace: str) -> None:
+    if not found.missing:
+        return
+    ref = found.missing[0]
+    key = "resourceClaimName" if ref.kind == "ResourceClaim" else "resourceClaimTemplateName"
+    raise InvalidRequest(
+        f"{ref.field}.{key} names {ref.label(namespace)}, which does not exist: create it "
+        f"first, or plan the manifest with the {ref.kind} beside the pod (one YAML file, "
+        "documents separated by '---')",
+        field=f"{ref.field}.{key}",
+        value=ref.name,
     )
 
 
@@ -151,15 +207,19 @@ def check_against_cluster(request: PodRequest, snapshot: ClusterSnapshot) -> Non
             )
 
 
-def _pod_request(manifest: dict[str, Any], namespace: str) -> PodRequest:
-    """The core's normalized request for the pod a Pod or Job manifest describes."""
+def _pod(manifest: dict[str, Any], namespace: str) -> dict[str, Any]:
+    """The pod a Pod or Job manifest describes, in ``namespace``."""
     metadata, spec = manifests.pod_template(manifest)
-    pod = {
+    return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {**metadata, "namespace": namespace},
         "spec": spec,
     }
+
+
+def _pod_request(pod: dict[str, Any]) -> PodRequest:
+    """The core's normalized request for the pod (the extender path)."""
     request = pod_request(pod)
     if not request.containers:
         raise InvalidRequest(

@@ -9,6 +9,10 @@ webhook and the extender read it exactly as they read a hand-written manifest::
     Slice(memory="10Gi", cores=30).limits()
     -> {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "10240", "nvidia.com/gpucores": "30"}
 
+With ``path="dra"`` the slice takes the DRA path instead: the pod names a ResourceClaimTemplate
+of driver ``gpu.vslice.io`` (built from the same request by ``vslice_core.dra.claims``) and
+kube-scheduler's DRA allocator places it (see :mod:`vslice.manifests`).
+
 Every bad value raises :class:`vslice.errors.InvalidRequest` naming the field, the value and
 the valid range or choices. Whether a GPU model exists is a question about a cluster, so
 :meth:`vslice.Client.plan` and :meth:`vslice.Client.run` check it against the live one.
@@ -18,7 +22,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from vslice_core.annotations import (
@@ -44,6 +48,8 @@ _PERCENT = re.compile(r"^\s*(?P<number>-?\d+(?:\.\d+)?)\s*%\s*$")
 # (see vslice_core.quantities), while a person typing it means gigabytes. Refuse it.
 _DECIMAL_SIZE = re.compile(r"^\s*-?\d+(?:\.\d+)?\s*[kMGTPE]B?\s*$")
 _MEMORY_HELP: Final = "a size like '10Gi' or '512Mi', a number of MiB, or a percentage '1%'..'100%'"
+PATHS: Final = ("extender", "dra")
+SlicePath = Literal["extender", "dra"]
 
 
 def parse_memory(value: str | int) -> tuple[int | None, int | None]:
@@ -115,6 +121,9 @@ class Slice(BaseModel):
         None, description="binpack, spread (default), mutex or topology."
     )
     numa_bind: bool = Field(False, description="All GPUs on one NUMA node.")
+    path: SlicePath = Field(
+        "extender", description="extender (default: limits and annotations) or dra (a claim)."
+    )
 
     def __init__(
         self,
@@ -129,6 +138,7 @@ class Slice(BaseModel):
         node_policy: str | None = None,
         gpu_policy: str | None = None,
         numa_bind: bool = False,
+        path: str = "extender",
         **fields: Any,
     ) -> None:
         data: dict[str, Any] = {
@@ -141,6 +151,7 @@ class Slice(BaseModel):
             "node_policy": node_policy,
             "gpu_policy": gpu_policy,
             "numa_bind": numa_bind,
+            "path": path,
             **fields,
         }
         if memory is not None:
@@ -198,7 +209,23 @@ class Slice(BaseModel):
             )
         return name
 
+    @field_validator("path", mode="before")
+    @classmethod
+    def _path(cls, value: Any) -> Any:
+        if value not in PATHS:
+            raise ValueError(f"path must be one of {', '.join(PATHS)}, got {value!r}")
+        return value
+
     def _check_consistency(self) -> None:
+        if self.path == "dra" and self.memory_percent not in (None, 100):
+            raise InvalidRequest(
+                f"memory {self.memory_percent}% cannot be asked on the DRA path (a claim asks "
+                "an absolute amount of memory, the same on every card); give memory as a size "
+                "such as '8Gi' or a number of MiB, '100%' for the whole card, or "
+                "path='extender'",
+                field="memory",
+                value=f"{self.memory_percent}%",
+            )
         if self.memory_mib is not None and self.memory_percent is not None:
             raise InvalidRequest(
                 "give memory either in MiB or as a percentage, not both",
@@ -265,6 +292,8 @@ class Slice(BaseModel):
             parts.append(f"{self.cores}% cores")
         if self.gpu_type:
             parts.append("type " + "|".join(self.gpu_type))
+        if self.path == "dra":
+            parts.append("DRA path")
         return ", ".join(parts)
 
     def __str__(self) -> str:

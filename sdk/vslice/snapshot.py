@@ -6,34 +6,70 @@ exactly as the extender does. A malformed annotation never breaks the view: the 
 pod is left out and the reason is kept in :attr:`ClusterSnapshot.problems`. Pods that ask
 for vslice resources but are not placed yet are kept in :attr:`ClusterSnapshot.pending`, so
 ``decide`` can say why each one waits.
+
+The DRA path (driver ``gpu.vslice.io``) is read beside it, from ResourceSlices and
+ResourceClaims as the API sends them:
+
+- a node without ``vslice.io/node-gpus`` gets its inventory from its ResourceSlice; when both
+  exist the annotation wins (the device plugin and the DRA driver describe the same GPUs);
+- an allocated claim of the driver is one :class:`PodAllocation` with ``path="dra"``, held by
+  the first pod of ``status.reservedFor`` (the others sharing the claim are kept in
+  ``shared_with`` and listed on the GPU, but the claim is counted once, as kube-scheduler
+  counts it). kube-scheduler counts an allocated claim until it is deallocated, whatever its
+  pods' phases, so the views do too; an allocated claim no pod has reserved yet is held by
+  the claim itself (phase ``Unreserved``);
+- a pod with ``spec.resourceClaims`` naming vslice claims that is not scheduled yet is a
+  :class:`PendingPod` with ``path="dra"``, its request read from the claim (or the template)
+  with :func:`vslice_core.dra.claims.request_of`.
+
+A malformed slice or claim is left out and named in ``problems``, as an annotation is.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final, Literal
 
 from vslice_core.annotations import ALLOCATION, NODE_GPUS, decode_allocation, decode_node_gpus
-from vslice_core.errors import DecodeError, InvalidRequest
+from vslice_core.dra import DRIVER as DRA_DRIVER
+from vslice_core.dra import claim_label
+from vslice_core.dra.allocations import allocation_of, reserved_for
+from vslice_core.dra.devices import inventory_from_slice
+from vslice_core.errors import ClusterError, DecodeError, InvalidRequest
 from vslice_core.ledger import Ledger, charges
 from vslice_core.model import Allocation, Decision, Gpu, GpuUsage, NodeInventory, PodRequest
 from vslice_core.requests import pod_request, uses_gpus
 
+from vslice import dra
 from vslice.tables import AllocationRow, AllocationTable, GpuRow, GpuTable
 
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
+UNRESERVED: Final = "Unreserved"
+"""The phase of a DRA allocation no pod has reserved yet (it holds the GPU all the same)."""
+# What a hand-edited or foreign object can raise while it is read: never past the snapshot.
+_UNREADABLE = (InvalidRequest, ValueError, TypeError, AttributeError, KeyError)
+
+Path = Literal["extender", "dra"]
+TemplateLookup = Callable[[str, str], Mapping[str, Any] | None]
+"""``(namespace, name) -> ResourceClaimTemplate or None``, for pending DRA pods."""
 
 
 @dataclass(frozen=True)
 class PodAllocation:
-    """A live pod's allocation as read from its ``vslice.io/allocation`` annotation."""
+    """A live pod's allocation as read from its ``vslice.io/allocation`` annotation, or
+    (``path="dra"``) an allocated ResourceClaim of vslice's driver and the pod it serves."""
 
     namespace: str
     name: str
     uid: str
     phase: str
     allocation: Allocation
+    path: Path = "extender"
+    claim: str = ""
+    """``namespace/name`` of the ResourceClaim (DRA path only)."""
+    shared_with: tuple[str, ...] = ()
+    """Other pods (``namespace/name``) the claim is reserved for: they share this allocation."""
 
     @property
     def holder(self) -> str:
@@ -47,6 +83,9 @@ class PendingPod:
     namespace: str
     name: str
     request: PodRequest
+    path: Path = "extender"
+    notes: tuple[str, ...] = ()
+    """DRA path: what the engine's answer leaves out (policies DRA cannot express, ...)."""
 
     @property
     def holder(self) -> str:
@@ -80,14 +119,38 @@ class ClusterSnapshot:
 
     @classmethod
     def read(
-        cls, nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]
+        cls,
+        nodes: Iterable[Mapping[str, Any]],
+        pods: Iterable[Mapping[str, Any]],
+        slices: Iterable[Mapping[str, Any]] = (),
+        claims: Iterable[Mapping[str, Any]] = (),
+        *,
+        templates: TemplateLookup | Mapping[tuple[str, str], Mapping[str, Any]] | None = None,
     ) -> ClusterSnapshot:
+        """Read the objects as the API sent them. ``slices`` and ``claims`` are the DRA
+        path's ResourceSlices and ResourceClaims (other drivers' are skipped); ``templates``
+        finds the ResourceClaimTemplate of a pending DRA pod whose claim is not made yet (a
+        mapping keyed ``(namespace, name)`` or a callable; None: such pods are not listed)."""
         snapshot = cls()
-        for node in nodes:
+        node_list = list(nodes)
+        pod_list = list(pods)
+        claim_list = list(claims)
+        for node in node_list:
             snapshot._add_node(node)
-        for pod in pods:
+        addresses = {
+            str((node.get("metadata") or {}).get("name", "")): internal_ip(node)
+            for node in node_list
+            if isinstance(node, Mapping)
+        }
+        snapshot._add_slices(slices, addresses)
+        for pod in pod_list:
             snapshot._add_pod(pod)
-        snapshot.pods.sort(key=lambda p: (p.namespace, p.name))
+        reader = _ClaimReader(snapshot, pod_list, claim_list, templates)
+        for claim in claim_list:
+            reader.add_claim(claim)
+        for pod in pod_list:
+            reader.add_pending(pod)
+        snapshot.pods.sort(key=lambda p: (p.namespace, p.name, p.claim))
         snapshot.pending.sort(key=lambda p: (p.namespace, p.name))
         return snapshot
 
@@ -103,6 +166,36 @@ class ClusterSnapshot:
             self.problems.append(f"node {name}: {exc}")
             return
         self.addresses[name] = internal_ip(node)
+
+    def _add_slices(
+        self, slices: Iterable[Mapping[str, Any]], addresses: Mapping[str, str]
+    ) -> None:
+        # One slice per node for vslice; should two exist for a node (a replaced slice not
+        # yet gone), the newer pool generation is the one kube-scheduler uses.
+        newest: dict[str, tuple[int, NodeInventory]] = {}
+        for published in slices:
+            if not isinstance(published, Mapping):
+                self.problems.append(f"ResourceSlice: not an object, got {published!r:.60}")
+                continue
+            spec = published.get("spec") or {}
+            if not isinstance(spec, Mapping) or spec.get("driver") != DRA_DRIVER:
+                continue
+            try:
+                inventory = inventory_from_slice(published)
+                generation = int((spec.get("pool") or {}).get("generation") or 0)
+            except _UNREADABLE as exc:
+                name = (published.get("metadata") or {}).get("name", "?")
+                text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                prefix = "" if text.startswith("ResourceSlice") else f"ResourceSlice {name}: "
+                self.problems.append(prefix + text)
+                continue
+            if inventory.name in self.inventories:
+                continue  # the node annotation wins: it describes the same GPUs
+            if inventory.name not in newest or generation >= newest[inventory.name][0]:
+                newest[inventory.name] = (generation, inventory)
+        for name, (_, inventory) in sorted(newest.items()):
+            self.inventories[name] = inventory
+            self.addresses[name] = addresses.get(name, "")
 
     def _add_pod(self, pod: Mapping[str, Any]) -> None:
         metadata = pod.get("metadata") or {}
@@ -214,8 +307,10 @@ class ClusterSnapshot:
             for container in pod.allocation.containers:
                 for grant in container.gpus:
                     names = holders.setdefault((pod.allocation.node, grant.uuid), [])
-                    if pod.holder not in names:
-                        names.append(pod.holder)
+                    # Pods sharing one claim all use the GPU: each is listed on it.
+                    for holder in (pod.holder, *pod.shared_with):
+                        if holder not in names:
+                            names.append(holder)
         return holders
 
     def allocations(self, namespace: str | None = None) -> AllocationTable:
@@ -241,4 +336,175 @@ class ClusterSnapshot:
             memory_mib=grant.memory_mib,
             cores=grant.cores,
             phase=pod.phase,
+            path=pod.path,
         )
+
+
+class _ClaimReader:
+    """Reads the DRA path into a snapshot: allocated claims as allocations, unscheduled pods
+    with vslice claims as pending (kept apart from the extender path's reading above)."""
+
+    def __init__(
+        self,
+        snapshot: ClusterSnapshot,
+        pods: list[Mapping[str, Any]],
+        claims: list[Mapping[str, Any]],
+        templates: TemplateLookup | Mapping[tuple[str, str], Mapping[str, Any]] | None,
+    ) -> None:
+        self.snapshot = snapshot
+        self.by_uid: dict[str, Mapping[str, Any]] = {}
+        self.by_name: dict[tuple[str, str], Mapping[str, Any]] = {}
+        for pod in pods:
+            meta = pod.get("metadata") if isinstance(pod, Mapping) else None
+            if not isinstance(meta, Mapping):
+                continue
+            key = (str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
+            self.by_name[key] = pod
+            if meta.get("uid"):
+                self.by_uid[str(meta["uid"])] = pod
+        self.claims: dict[tuple[str, str], Mapping[str, Any]] = {}
+        for claim in claims:
+            meta = claim.get("metadata") if isinstance(claim, Mapping) else None
+            if isinstance(meta, Mapping):
+                key = (str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
+                self.claims[key] = claim
+        self.templates = templates
+        self.fetched: dict[tuple[str, str], Mapping[str, Any] | None] = {}
+
+    # --- allocated claims ------------------------------------------------------------------
+
+    def add_claim(self, claim: Mapping[str, Any]) -> None:
+        if not isinstance(claim, Mapping):
+            self.snapshot.problems.append(f"ResourceClaim: not an object, got {claim!r:.60}")
+            return
+        try:
+            allocation = allocation_of(claim, self.snapshot.inventories)
+            users = reserved_for(claim)
+        except _UNREADABLE as exc:
+            text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            prefix = (
+                "" if text.startswith("ResourceClaim") else f"ResourceClaim {claim_label(claim)}: "
+            )
+            self.snapshot.problems.append(prefix + text)
+            return
+        if allocation is None:
+            return
+        meta = claim.get("metadata") or {}
+        namespace = str(meta.get("namespace") or "default")
+        label = f"{namespace}/{meta.get('name', '')}"
+        # The ledger key: a claim's own uid, apart from pod uids (a pod may also carry an
+        # annotation allocation, counted as well).
+        key = f"claim/{meta.get('uid') or label}"
+        holders = [self._pod_of(namespace, name, uid) for name, uid in users]
+        if not holders:
+            self.snapshot.pods.append(
+                PodAllocation(
+                    namespace,
+                    str(meta.get("name", "")),
+                    key,
+                    UNRESERVED,
+                    allocation,
+                    path="dra",
+                    claim=label,
+                )
+            )
+            return
+        (name, phase), *others = holders
+        self.snapshot.pods.append(
+            PodAllocation(
+                namespace,
+                name,
+                key,
+                phase,
+                allocation,
+                path="dra",
+                claim=label,
+                shared_with=tuple(f"{namespace}/{other}" for other, _ in others),
+            )
+        )
+
+    def _pod_of(self, namespace: str, name: str, uid: str) -> tuple[str, str]:
+        """(name, phase) of a reserving pod; the phase is empty when the pod is not listed."""
+        pod = self.by_uid.get(uid) or self.by_name.get((namespace, name))
+        phase = str(((pod or {}).get("status") or {}).get("phase") or "")
+        return name, phase
+
+    # --- pending pods ----------------------------------------------------------------------
+
+    def add_pending(self, pod: Mapping[str, Any]) -> None:
+        if not isinstance(pod, Mapping):
+            return
+        spec = pod.get("spec") or {}
+        status = pod.get("status") or {}
+        if (
+            not isinstance(spec, Mapping)
+            or not spec.get("resourceClaims")
+            or spec.get("nodeName")
+            or not isinstance(status, Mapping)
+            or status.get("phase") != "Pending"
+            or uses_gpus(pod)  # nvidia.com/* limits: the extender path reads it (above)
+        ):
+            return
+        meta = pod.get("metadata")
+        meta = meta if isinstance(meta, Mapping) else {}
+        namespace = str(meta.get("namespace") or "default")
+        name = str(meta.get("name") or "")
+        try:
+            found = dra.pod_request(pod, self._lookup)
+        except _UNREADABLE as exc:
+            self.snapshot.problems.append(f"pod {namespace}/{name}: {exc}")
+            return
+        if found is None:
+            return
+        if self._allocated(namespace, pod):
+            return  # allocated, not bound yet: counted as an allocation already
+        if found.missing:
+            if self.templates is not None:
+                names = ", ".join(ref.label(namespace) for ref in found.missing)
+                self.snapshot.problems.append(
+                    f"pod {namespace}/{name} waits for {names}, which does not exist: create "
+                    "it, or change spec.resourceClaims to name one that does"
+                )
+            if not found.request.containers:
+                return
+        self.snapshot.pending.append(
+            PendingPod(
+                namespace,
+                name,
+                found.request,
+                path="dra",
+                notes=tuple(dra.notes(pod, found.notes)),
+            )
+        )
+
+    def _allocated(self, namespace: str, pod: Mapping[str, Any]) -> bool:
+        made = dra.generated_claims(pod)
+        names = list(made.values()) + [
+            str(entry.get("resourceClaimName"))
+            for entry in (pod.get("spec") or {}).get("resourceClaims") or []
+            if isinstance(entry, Mapping) and entry.get("resourceClaimName")
+        ]
+        for name in names:
+            status = (self.claims.get((namespace, name)) or {}).get("status")
+            if isinstance(status, Mapping) and status.get("allocation"):
+                return True
+        return False
+
+    def _lookup(self, kind: str, namespace: str, name: str) -> Mapping[str, Any] | None:
+        if kind == "ResourceClaim":
+            return self.claims.get((namespace, name))
+        if self.templates is None:
+            return None
+        key = (namespace, name)
+        if key not in self.fetched:
+            if isinstance(self.templates, Mapping):
+                self.fetched[key] = self.templates.get(key)
+            else:
+                try:
+                    self.fetched[key] = self.templates(namespace, name)
+                except ClusterError as exc:
+                    self.snapshot.problems.append(
+                        f"ResourceClaimTemplate {namespace}/{name} not read: {exc}"
+                    )
+                    self.fetched[key] = None
+        return self.fetched[key]

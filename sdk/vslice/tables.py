@@ -81,6 +81,8 @@ class AllocationRow:
     memory_mib: int
     cores: int
     phase: str = ""
+    path: str = "extender"
+    """How the pod got the slice: ``extender`` (the node annotation) or ``dra`` (a claim)."""
 
     @property
     def holder(self) -> str:

@@ -18,6 +18,7 @@ from importlib import resources
 from vslice_core import whynot
 from vslice_core.model import NodeVerdict, PodRequest
 
+from vslice import dra
 from vslice.plans import Plan, explain
 from vslice.slices import format_mib
 from vslice.tables import AllocationRow, AllocationTable, GpuRow, GpuTable, Placement
@@ -376,13 +377,25 @@ def plan_html(plan: Plan) -> str:
         for name, v in sorted(plan.decision.nodes.items())
     ]
     node_table = table(["node", "fits", "score", "why not"], verdicts, {2})
-    return wrap(header + cause + grant_table + node_table, plan_text(plan))
+    path = ""
+    if plan.path == "dra":
+        first, *rest = dra.plan_lines(plan.notes)
+        items = "".join(f"<li>{esc(line.strip())}</li>" for line in rest)
+        path = (
+            f'<div class="vslice-cause"><span class="vslice-chip">DRA</span> {esc(first)}</div>'
+            + (f'<ul class="vslice-muted">{items}</ul>' if items else "")
+        )
+    return wrap(header + cause + path + grant_table + node_table, plan_text(plan))
 
 
 def plan_text(plan: Plan) -> str:
-    """The core's plan text (the same ``vslice plan`` prints), titled with the slice."""
+    """The core's plan text (the same ``vslice plan`` prints), titled with the slice; a DRA
+    plan ends with who places the pod and what the answer leaves out."""
     title = plan.slice.describe() if plan.slice else None
-    return whynot.render_plan(plan.decision, plan.request or PodRequest(), title)
+    text = whynot.render_plan(plan.decision, plan.request or PodRequest(), title)
+    if plan.path == "dra":
+        text += "\n" + "\n".join(dra.plan_lines(plan.notes))
+    return text
 
 
 # --- One pod's placement ---------------------------------------------------------------

@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import ipywidgets as w
 from vslice_core.ledger import charges
@@ -242,7 +242,16 @@ class PendingPlan:
 def pending_plans(snapshot: ClusterSnapshot) -> list[PendingPlan]:
     """Every pod in :attr:`ClusterSnapshot.pending`, planned against the snapshot."""
     return [
-        PendingPlan(p, Plan(snapshot.decide(p.request), namespace=p.namespace, request=p.request))
+        PendingPlan(
+            p,
+            Plan(
+                snapshot.decide(p.request),
+                namespace=p.namespace,
+                request=p.request,
+                path=p.path,
+                notes=p.notes,
+            ),
+        )
         for p in snapshot.pending
     ]
 
@@ -259,12 +268,18 @@ def describe_request(request: PodRequest) -> str:
     return " + ".join(parts)
 
 
+DRA_MARK: Final = " (DRA claim)"
+"""After what a pending pod asks, when it asks through a ResourceClaim (kube-scheduler's DRA
+allocator places it, not the extender)."""
+
+
 def pending_html(pending: Sequence[PendingPlan]) -> str:
     if not pending:
         return f'<div style="{MUTED};padding-top:4px">No pod waits for a GPU.</div>'
     items = "".join(
         f'<li title="{views.esc(p.plan.why_not())}"><code>{views.esc(p.holder)}</code> '
-        f'<span style="{MUTED}">{views.esc(describe_request(p.pod.request))}</span>: '
+        f'<span style="{MUTED}">{views.esc(describe_request(p.pod.request))}'
+        f"{DRA_MARK if p.pod.path == 'dra' else ''}</span>: "
         f"{views.esc(p.plan.headline())}</li>"
         for p in pending
     )

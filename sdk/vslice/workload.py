@@ -2,8 +2,9 @@
 
 It names one Pod or Job and reads its state from the cluster on every call (it caches
 nothing that could go stale): ``wait()`` polls until the pod is scheduled, running or done,
-``allocation`` reads the extender's decision back from the pod, ``logs()`` and ``delete()``
-do what they say. For a Job, the pod is the newest one the Job created.
+``allocation`` reads the extender's decision back from the pod (on the DRA path: the pod's
+allocated ResourceClaims), ``logs()`` and ``delete()`` do what they say. For a Job, the pod
+is the newest one the Job created.
 """
 
 from __future__ import annotations
@@ -14,9 +15,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from vslice_core.annotations import ALLOCATION, NODE_GPUS, decode_allocation, decode_node_gpus
+from vslice_core.dra import DRIVER
 from vslice_core.errors import DecodeError
+from vslice_core.requests import uses_gpus
 
 from vslice.errors import ClusterError, InvalidRequest, Timeout
+from vslice.snapshot import ClusterSnapshot
 from vslice.tables import AllocationRow, AllocationTable, Placement
 
 if TYPE_CHECKING:
@@ -71,6 +75,8 @@ class Workload:
         """Node, GPUs (UUIDs and models), memory and cores; None until the pod is placed."""
         pod = self.pod()
         value = ((pod or {}).get("metadata", {}).get("annotations") or {}).get(ALLOCATION)
+        if pod is not None and value is None and _on_dra_path(pod):
+            return self._dra_allocation(pod)
         if pod is None or value is None:
             return None
         allocation = decode_allocation(value)
@@ -95,6 +101,28 @@ class Workload:
         return Placement(
             self.namespace, pod["metadata"]["name"], allocation.node, AllocationTable(rows)
         )
+
+    def _dra_allocation(self, pod: dict[str, Any]) -> Placement | None:
+        """The pod's allocated claims, read as the views read them (one snapshot of its node,
+        its namespace's claims and the driver's slices)."""
+        node = str(pod.get("spec", {}).get("nodeName") or "")
+        if not node:
+            return None
+        try:
+            nodes = [self._calls.get_node(node)]
+        except ClusterError:
+            nodes = []  # the slice still describes the node's GPUs
+        snapshot = ClusterSnapshot.read(
+            nodes,
+            [pod],
+            self._calls.list_resource_slices(DRIVER),
+            self._calls.list_resource_claims(self.namespace),
+        )
+        name = pod["metadata"]["name"]
+        rows = [row for row in snapshot.allocations(self.namespace) if row.pod == name]
+        if not rows:
+            return None
+        return Placement(self.namespace, name, rows[0].node, AllocationTable(rows))
 
     def _models(self, node: str) -> dict[str, str]:
         """GPU UUID -> model from the node's inventory (empty when it cannot be read)."""
@@ -164,9 +192,17 @@ class Workload:
         return self._calls.delete_pod(self.namespace, self.name)
 
 
+def _on_dra_path(pod: dict[str, Any]) -> bool:
+    """Claims and no ``nvidia.com/*`` limits: kube-scheduler's DRA allocator places it."""
+    return bool(pod.get("spec", {}).get("resourceClaims")) and not uses_gpus(pod)
+
+
 def _scheduled(pod: dict[str, Any]) -> bool:
     annotations = pod.get("metadata", {}).get("annotations") or {}
-    return bool(pod.get("spec", {}).get("nodeName")) and ALLOCATION in annotations
+    if not pod.get("spec", {}).get("nodeName"):
+        return False
+    # kube-scheduler binds a DRA pod only after its claims are allocated: bound is placed.
+    return ALLOCATION in annotations or _on_dra_path(pod)
 
 
 def _running(pod: dict[str, Any]) -> bool:

@@ -1,10 +1,16 @@
-"""The Kubernetes calls the SDK makes: workloads (Pods, Jobs), their logs, nodes and pods.
+"""The Kubernetes calls the SDK makes: workloads (Pods, Jobs), their logs, nodes and pods, and
+the DRA path's ResourceSlices, ResourceClaims and ResourceClaimTemplates (resource.k8s.io/v1).
 
 :class:`Workloads` takes an ``ApiClient`` and returns plain dicts as the API sent them
 (camelCase keys, annotations as strings), so the SDK never sees the client's model classes.
 Every call has a request timeout; failures arrive as :class:`vslice_core.errors.ClusterError`
 with the server's parsed Status kept (``.status``, ``.code``), raised ``from`` the client's
 exception.
+
+The DRA lists are optional for the views: a cluster that does not serve resource.k8s.io/v1
+(404: Kubernetes before 1.34) or a user not allowed to list it (403) gets empty lists, and
+:attr:`Workloads.dra_unavailable` says why, so the views show the extender path and name the
+cause once instead of failing.
 
 The SDK looks up the connection in the order kubectl uses (a kubeconfig wins over the
 in-cluster service account, see :func:`sdk_kubeconfig`); the services keep the order of
@@ -25,12 +31,16 @@ from vslice_core.errors import ClusterError
 
 from vslice_kube.apierrors import translated
 from vslice_kube.client import api_client, kubeconfig_from_environment
+from vslice_kube.dra import DraApi
+from vslice_kube.responses import drained
 
 __all__ = ["IN_CLUSTER_NAMESPACE", "Workloads", "sdk_kubeconfig"]
 
 IN_CLUSTER_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 REQUEST_TIMEOUT_S = 30.0
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+# The codes that mean "no DRA here for you", not "the cluster is broken".
+DRA_ABSENT = {404: "is not served (Kubernetes 1.34 or newer serves it)", 403: "is not allowed"}
 
 
 def sdk_kubeconfig(explicit: str | os.PathLike[str] | None = None) -> Path | None:
@@ -74,7 +84,11 @@ class Workloads:
         self.api_client: Any = api
         self._core: Any = k8s.CoreV1Api(api)
         self._batch: Any = k8s.BatchV1Api(api)
+        self._resource: Any = k8s.ResourceV1Api(api)
+        self._dra = DraApi(api, timeout_s=timeout_s)  # the node plugin's calls, reused
         self._timeout = timeout_s
+        self.dra_unavailable: str | None = None
+        """Why the last DRA list came back empty without asking (None: it was read)."""
 
     @classmethod
     def connect(cls, kubeconfig: str | os.PathLike[str] | None = None) -> tuple[Workloads, str]:
@@ -174,6 +188,88 @@ class Workloads:
             response = self._core.read_namespaced_pod_log(name, namespace, **options)
         data: bytes = response.data
         return data.decode("utf-8", errors="replace")
+
+    # --- the DRA path (resource.k8s.io/v1) ----------------------------------------------
+
+    def _optional_list(self, what: str, call: Any) -> list[dict[str, Any]]:
+        try:
+            found: list[dict[str, Any]] = call()
+        except ClusterError as exc:
+            if exc.code not in DRA_ABSENT:
+                raise
+            self.dra_unavailable = (
+                f"{what}: {exc.code}: resource.k8s.io/v1 {DRA_ABSENT[exc.code]}"
+                + (
+                    "; a ClusterRole granting get and list on resourceslices and "
+                    "resourceclaims of resource.k8s.io would let the views read it"
+                    if exc.code == 403
+                    else ""
+                )
+            )
+            return []
+        self.dra_unavailable = None
+        return found
+
+    def list_resource_slices(self, driver: str) -> list[dict[str, Any]]:
+        """Every ResourceSlice of ``driver``; [] when the cluster has no DRA API for us."""
+        return self._optional_list(
+            f"list ResourceSlices of {driver}", lambda: self._dra.resource_slices(driver)
+        )
+
+    def list_resource_claims(self, namespace: str | None = None) -> list[dict[str, Any]]:
+        """Every ResourceClaim (of one namespace, or of all); [] when the cluster has no DRA
+        API for us."""
+        where = namespace or "all namespaces"
+        return self._optional_list(
+            f"list ResourceClaims in {where}", lambda: self._dra.resource_claims(namespace)
+        )
+
+    def get_resource_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The claim, or None when there is none of that name."""
+        return self._dra.resource_claim(namespace, name)
+
+    def get_resource_claim_template(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The template, or None when there is none of that name (or no DRA API)."""
+        try:
+            with translated(f"get ResourceClaimTemplate {namespace}/{name}"):
+                return _body(
+                    self._resource.read_namespaced_resource_claim_template(
+                        name, namespace, _preload_content=False, _request_timeout=self._timeout
+                    )
+                )
+        except ClusterError as exc:
+            if exc.code == 404:
+                return None
+            raise
+
+    def create_resource_claim_template(self, namespace: str, manifest: dict[str, Any]) -> bool:
+        """Create the template; False when one of that name exists already (409): templates
+        are named after their spec, so that one asks the same."""
+        return self._exists_ok(
+            f"create ResourceClaimTemplate in {namespace}",
+            lambda: self._resource.create_namespaced_resource_claim_template(
+                namespace, manifest, _preload_content=False, _request_timeout=self._timeout
+            ),
+        )
+
+    def create_resource_claim(self, namespace: str, manifest: dict[str, Any]) -> bool:
+        """Create the claim; False when one of that name exists already (409)."""
+        return self._exists_ok(
+            f"create ResourceClaim in {namespace}",
+            lambda: self._resource.create_namespaced_resource_claim(
+                namespace, manifest, _preload_content=False, _request_timeout=self._timeout
+            ),
+        )
+
+    def _exists_ok(self, what: str, call: Any) -> bool:
+        try:
+            with translated(what):
+                drained(call())
+        except ClusterError as exc:
+            if exc.code == 409:
+                return False
+            raise
+        return True
 
     # --- writing ---------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 """``vslice allocations``: who holds which slice of which GPU (live pods only): per pod,
-container and GPU the memory (GiB) and cores (percent of the GPU) it holds, and a footer with
-the totals and what they cover (one namespace or all)."""
+container and GPU the memory (GiB) and cores (percent of the GPU) it holds, how it got it
+(PATH: ``ext`` the extender's annotation, ``dra`` a ResourceClaim), and a footer with the totals
+and what they cover (one namespace or all)."""
 
 from __future__ import annotations
 
@@ -17,12 +18,15 @@ HEADERS = [
     "POD",
     "CONTAINER",
     "NODE",
+    "PATH",
     "GPU",
     "MODEL",
     "MEMORY(GiB)",
     "CORES(%)",
     "PHASE",
 ]
+
+PATH_WORDS = {"extender": "ext", "dra": "dra"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,6 +45,7 @@ def cells(row: AllocationRow) -> list[str]:
         row.pod,
         row.container,
         row.node,
+        PATH_WORDS.get(row.path, row.path),
         f"{row.gpu_index} {row.gpu_uuid}",
         row.gpu_model,
         gib(row.memory_mib),

@@ -27,6 +27,8 @@ from vslice.views import by_node, gib, gpu_state, percent, text_table
 
 DEFAULT_WATCH_S = 2.0
 CLEAR_SCREEN = "\x1b[H\x1b[2J"
+DRA_MARK = " (DRA claim)"
+"""After what a pending pod asks, when it asks through a ResourceClaim."""
 HEADERS = ["NODE", "ADDRESS", "GPU", "MODEL", "STATE", "SLOTS", "MEMORY(GiB)", "CORES(%)", "PODS"]
 
 
@@ -76,7 +78,7 @@ def pending_lines(snapshot: ClusterSnapshot) -> list[PendingLine]:
     return [
         PendingLine(
             pod=pending.holder,
-            asks=describe_request(pending.request),
+            asks=describe_request(pending.request) + (DRA_MARK if pending.path == "dra" else ""),
             why=why_not(snapshot.decide(pending.request), pending.request),
         )
         for pending in snapshot.pending

@@ -1,0 +1,315 @@
+"""The SDK's side of the DRA path: which claims a pod uses, what they ask, and what to say.
+
+On the DRA path (``gpu.vslice.io``, Kubernetes 1.36 consumable capacity) a pod gets its slice
+through a ResourceClaim: ``spec.resourceClaims`` names a claim or a ResourceClaimTemplate, its
+containers name the claim in ``resources.claims``, and kube-scheduler's own DRA allocator
+places the pod. The views read claims back with :mod:`vslice_core.dra`; this module holds the
+pure steps around that (no Kubernetes client, so ``vslice plan`` stays quick to start):
+
+- :func:`claim_refs` and :func:`pod_request` read the claims of a pod as the engine's request,
+  through a lookup the caller provides (a dump, a manifest file, the live cluster);
+- :func:`notes` says what the vslice engine's answer leaves out on this path (node and GPU
+  policies DRA cannot express, selectors the plan cannot judge);
+- :func:`template_name` and :func:`claim_template` name and build the ResourceClaimTemplate
+  the SDK creates for a ``Slice(path="dra")``, with the webhook's naming (``vslice-`` and a
+  hash of the claim spec), so the same request shares one template whoever made it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+import yaml
+from vslice_core.dra import DRIVER, claims
+from vslice_core.dra.devices import RESOURCE_API
+from vslice_core.errors import InvalidRequest
+from vslice_core.model import ContainerRequest, PodRequest
+from vslice_core.requests import pod_request as annotated_request
+
+CLAIM_NAME: Final = "vslice-gpu"
+"""The pod's claim entry (``spec.resourceClaims[].name``) its GPU container references, as
+the webhook names it."""
+TEMPLATE_PREFIX: Final = "vslice-"
+HASH_LENGTH: Final = 12
+CLAIM_KINDS: Final = ("ResourceClaim", "ResourceClaimTemplate")
+PLACED_BY: Final = (
+    f"on the DRA path kube-scheduler's DRA allocator places this pod (driver {DRIVER}); "
+    "the answer above is the vslice engine's for the same request"
+)
+NOTE_PREFIX: Final = "on the DRA path kube-scheduler places this pod: "
+
+Kind = Literal["ResourceClaim", "ResourceClaimTemplate"]
+Lookup = Callable[[str, str, str], Mapping[str, Any] | None]
+"""``(kind, namespace, name) -> object or None``: where a pod's claims and templates are read."""
+
+
+@dataclass(frozen=True)
+class ClaimRef:
+    """One entry of a pod's ``spec.resourceClaims``: the claim it names, or the template."""
+
+    entry: str
+    kind: Kind
+    name: str
+    field: str
+
+    def label(self, namespace: str) -> str:
+        return f"{self.kind} {namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class DraRequest:
+    """A DRA pod's claims read as the engine's request, with what the plan cannot judge."""
+
+    request: PodRequest
+    notes: tuple[str, ...] = ()
+    missing: tuple[ClaimRef, ...] = ()
+    claims: tuple[str, ...] = ()
+    """``namespace/name`` of the claims and templates the request was read from."""
+
+
+def _invalid(field: str, expectation: str, value: object) -> InvalidRequest:
+    return InvalidRequest(f"{field} must be {expectation}, got {value!r}", field=field, value=value)
+
+
+def claim_refs(spec: Mapping[str, Any]) -> list[ClaimRef]:
+    """The claims a pod spec names, in order; a malformed entry is an InvalidRequest naming
+    the field (the API server would refuse it too)."""
+    entries = spec.get("resourceClaims") or []
+    if not isinstance(entries, list):
+        raise _invalid("spec.resourceClaims", "a list", entries)
+    refs = []
+    for i, entry in enumerate(entries):
+        where = f"spec.resourceClaims[{i}]"
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str):
+            raise _invalid(where, "an object with a name", entry)
+        claim, template = entry.get("resourceClaimName"), entry.get("resourceClaimTemplateName")
+        if isinstance(claim, str) and claim and not template:
+            refs.append(ClaimRef(entry["name"], "ResourceClaim", claim, where))
+        elif isinstance(template, str) and template and not claim:
+            refs.append(ClaimRef(entry["name"], "ResourceClaimTemplate", template, where))
+        else:
+            raise _invalid(
+                where, "naming exactly one of resourceClaimName, resourceClaimTemplateName", entry
+            )
+    return refs
+
+
+def generated_claims(pod: Mapping[str, Any]) -> dict[str, str]:
+    """Claim entry -> the claim kube-controller-manager made for it from its template
+    (``status.resourceClaimStatuses``; empty until the controller has made them)."""
+    status = pod.get("status")
+    statuses = status.get("resourceClaimStatuses") if isinstance(status, Mapping) else None
+    return {
+        str(item["name"]): str(item["resourceClaimName"])
+        for item in (statuses if isinstance(statuses, list) else [])
+        if isinstance(item, Mapping) and item.get("name") and item.get("resourceClaimName")
+    }
+
+
+def _read_claim(found: Mapping[str, Any], label: str, namespace: str, name: str) -> Any:
+    try:
+        return claims.request_of(found, namespace, name)
+    except InvalidRequest as error:
+        raise InvalidRequest(f"{label}: {error}", field=error.field, value=error.value) from None
+    except (ValueError, TypeError, AttributeError) as error:
+        raise InvalidRequest(f"{label}: spec does not read as a claim ({error})") from None
+
+
+def pod_request(pod: Mapping[str, Any], lookup: Lookup) -> DraRequest | None:
+    """The engine's request for a pod's vslice claims, or None when the pod names no claim or
+    none of its claims asks vslice's devices (another driver's pod, or an extender pod).
+
+    A claim the pod names and ``lookup`` does not find is kept in ``missing`` (the caller
+    decides whether that is an error); one that does not read back is an InvalidRequest
+    naming the claim and the field.
+    """
+    metadata = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    if not isinstance(metadata, Mapping) or not isinstance(spec, Mapping):
+        return None
+    refs = claim_refs(spec)
+    if not refs:
+        return None
+    namespace = str(metadata.get("namespace") or "default")
+    name = str(metadata.get("name") or metadata.get("generateName") or "")
+    made = generated_claims(pod)
+    containers: list[ContainerRequest] = []
+    types: list[str] = []
+    excluded: list[str] = []
+    found_notes: list[str] = []
+    missing: list[ClaimRef] = []
+    read: list[str] = []
+    for ref in refs:
+        found = None
+        if ref.kind == "ResourceClaimTemplate" and ref.entry in made:
+            found = lookup("ResourceClaim", namespace, made[ref.entry])
+        if found is None:
+            found = lookup(ref.kind, namespace, ref.name)
+        if found is None:
+            missing.append(ref)
+            continue
+        request, notes = _read_claim(found, ref.label(namespace), namespace, name)
+        if not request.containers:
+            continue
+        read.append(f"{namespace}/{ref.name}")
+        containers += request.containers
+        types += request.gpu_types
+        excluded += request.gpu_types_exclude
+        found_notes += notes
+    if not containers and not missing:
+        return None
+    return DraRequest(
+        request=PodRequest(
+            name=name,
+            namespace=namespace,
+            uid=str(metadata.get("uid") or ""),
+            containers=containers,
+            gpu_types=list(dict.fromkeys(types)),
+            gpu_types_exclude=list(dict.fromkeys(excluded)),
+        ),
+        notes=tuple(found_notes),
+        missing=tuple(missing),
+        claims=tuple(read),
+    )
+
+
+def notes(pod: Mapping[str, Any], claim_notes: Iterable[str] = ()) -> list[str]:
+    """What the vslice engine's answer for a DRA pod leaves out, one sentence each: the
+    pod's vslice annotations DRA cannot express (:func:`vslice_core.dra.claims.unsupported`;
+    type and UUID annotations, which only the claim's selectors can say), then what the
+    claims ask that the plan cannot judge."""
+    metadata = pod.get("metadata") or {}
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    said: list[str] = []
+    try:
+        asked = annotated_request({"metadata": {"annotations": annotations or {}}, "spec": {}})
+    except InvalidRequest as error:
+        said.append(f"{NOTE_PREFIX}the pod's vslice annotations are not read ({error})")
+        asked = PodRequest()
+    for note in claims.unsupported(asked):
+        what, _, why = note.partition(" (")
+        said.append(f"{NOTE_PREFIX}{what} is not applied" + (f" ({why}" if why else ""))
+    filters = {
+        "gpu-type": asked.gpu_types,
+        "gpu-type-exclude": asked.gpu_types_exclude,
+        "gpu-uuid": asked.gpu_uuids,
+        "gpu-uuid-exclude": asked.gpu_uuids_exclude,
+    }
+    for key, values in filters.items():
+        if values:
+            said.append(
+                f"{NOTE_PREFIX}annotation vslice.io/{key} ({', '.join(values)}) is not applied "
+                "(a claim chooses GPUs by its CEL selectors; put the filter in the claim)"
+            )
+    said += [f"the plan leaves out: {note}" for note in claim_notes]
+    return said
+
+
+def plan_lines(dra_notes: Iterable[str]) -> list[str]:
+    """The lines a DRA plan adds under the engine's answer (text form)."""
+    return [PLACED_BY, *(f"  {note}" for note in dra_notes)]
+
+
+def plan_json(dra_notes: Iterable[str]) -> dict[str, Any]:
+    """The ``dra`` object ``vslice plan --json`` adds for a DRA pod."""
+    return {"path": "dra", "driver": DRIVER, "placed_by": PLACED_BY, "notes": list(dra_notes)}
+
+
+# --- manifests with several documents -----------------------------------------------------
+
+
+def load_documents(text: str, what: str) -> list[Any]:
+    """Every YAML (or JSON) document of ``text`` (empty ones dropped); a syntax error is an
+    InvalidRequest naming ``what`` and the line."""
+    try:
+        return [doc for doc in yaml.safe_load_all(text) if doc is not None]
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(error, "problem", None) or "not valid YAML"
+        raise InvalidRequest(
+            f"{what} must be valid YAML or JSON, got {problem}{where}", field=what, value=None
+        ) from None
+
+
+def split_documents(
+    documents: list[Any], what: str
+) -> tuple[Any, dict[tuple[str, str, str], Mapping[str, Any]]]:
+    """The one workload among ``documents`` and the ResourceClaimTemplates and
+    ResourceClaims beside it, keyed ``(kind, namespace, name)`` (one without a namespace
+    takes the workload's, or ``default``). One document is the workload, whatever it is (the
+    caller judges its kind)."""
+    if len(documents) <= 1:
+        return (documents[0] if documents else None), {}
+    workloads = [
+        d for d in documents if not (isinstance(d, Mapping) and d.get("kind") in CLAIM_KINDS)
+    ]
+    if len(workloads) != 1:
+        found = [d.get("kind") if isinstance(d, Mapping) else type(d).__name__ for d in documents]
+        raise InvalidRequest(
+            f"{what} must hold one workload and, beside it, the ResourceClaimTemplates or "
+            f"ResourceClaims it names; got {len(workloads)} other documents among "
+            f"{len(documents)} ({', '.join(map(str, found))})",
+            field=what,
+            value=None,
+        )
+    workload = workloads[0]
+    meta = workload.get("metadata") if isinstance(workload, Mapping) else None
+    default_ns = str((meta or {}).get("namespace") or "default")
+    extra: dict[tuple[str, str, str], Mapping[str, Any]] = {}
+    for document in documents:
+        if document is workload:
+            continue
+        found_meta = document.get("metadata")
+        found_meta = found_meta if isinstance(found_meta, Mapping) else {}
+        namespace = str(found_meta.get("namespace") or default_ns)
+        body = {**document, "metadata": {**found_meta, "namespace": namespace}}
+        extra[(str(document["kind"]), namespace, str(found_meta.get("name")))] = body
+    return workload, extra
+
+
+def chain(*lookups: Lookup | Mapping[tuple[str, str, str], Mapping[str, Any]] | None) -> Lookup:
+    """One lookup trying each in turn (a mapping keyed ``(kind, namespace, name)`` counts)."""
+
+    def find(kind: str, namespace: str, name: str) -> Mapping[str, Any] | None:
+        for lookup in lookups:
+            if lookup is None:
+                continue
+            if isinstance(lookup, Mapping):
+                found = lookup.get((kind, namespace, name))
+            else:
+                found = lookup(kind, namespace, name)
+            if found is not None:
+                return found
+        return None
+
+    return find
+
+
+# --- what the SDK creates for Slice(path="dra") ------------------------------------------
+
+
+def template_name(spec: Mapping[str, Any]) -> str:
+    """``vslice-`` and a short hash of the claim spec: the same shape, the same name (the
+    webhook names the templates it makes the same way)."""
+    text = json.dumps(spec, sort_keys=True, separators=(",", ":"))
+    return TEMPLATE_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:HASH_LENGTH]
+
+
+def claim_template(
+    spec: Mapping[str, Any], namespace: str | None = None, labels: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """The ResourceClaimTemplate holding a claim spec (``claims.claim_spec``)."""
+    metadata: dict[str, Any] = {"name": template_name(spec), "labels": dict(labels or {})}
+    if namespace:
+        metadata["namespace"] = namespace
+    return {
+        "apiVersion": RESOURCE_API,
+        "kind": "ResourceClaimTemplate",
+        "metadata": metadata,
+        "spec": {"spec": json.loads(json.dumps(spec))},
+    }
