@@ -148,7 +148,7 @@ def plan_manifest(
         request, notes = found.request, tuple(dra.notes(pod, found.notes))
     check_against_cluster(request, snapshot)
     return Plan(
-        decision=snapshot.decide(request),
+        decision=snapshot.decide(request, "extender" if found is None else "dra"),
         slice=slice,
         namespace=namespace,
         gpu_models=tuple(snapshot.gpu_models()),

@@ -10,8 +10,10 @@ for vslice resources but are not placed yet are kept in :attr:`ClusterSnapshot.p
 The DRA path (driver ``gpu.vslice.io``) is read beside it, from ResourceSlices and
 ResourceClaims as the API sends them:
 
-- a node without ``vslice.io/node-gpus`` gets its inventory from its ResourceSlice; when both
-  exist the annotation wins (the device plugin and the DRA driver describe the same GPUs);
+- a GPU serves one path (docs/dra.md "Mixing paths"): the annotation lists a node's GPUs on
+  the extender path, its ResourceSlice those on the DRA path. :attr:`inventories` holds both
+  (a GPU in both, by UUID, counts once, as the annotation says); :meth:`decide` asks the
+  engine about one path's GPUs and allocations only, as that path's allocator sees them;
 - an allocated claim of the driver is one :class:`PodAllocation` with ``path="dra"``, held by
   the first pod of ``status.reservedFor`` (the others sharing the claim are kept in
   ``shared_with`` and listed on the GPU, but the claim is counted once, as kube-scheduler
@@ -115,7 +117,11 @@ class ClusterSnapshot:
     pending: list[PendingPod] = field(default_factory=list)
     addresses: dict[str, str] = field(default_factory=dict)
     """Node name -> InternalIP, for the nodes with vslice GPUs."""
-    _ledger: Ledger | None = field(default=None, init=False, repr=False, compare=False)
+    dra_gpus: set[tuple[str, str]] = field(default_factory=set)
+    """(node, GPU UUID) of the GPUs on the DRA path (from ResourceSlices)."""
+    _ledgers: dict[str | None, Ledger] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     @classmethod
     def read(
@@ -189,13 +195,20 @@ class ClusterSnapshot:
                 prefix = "" if text.startswith("ResourceSlice") else f"ResourceSlice {name}: "
                 self.problems.append(prefix + text)
                 continue
-            if inventory.name in self.inventories:
-                continue  # the node annotation wins: it describes the same GPUs
             if inventory.name not in newest or generation >= newest[inventory.name][0]:
                 newest[inventory.name] = (generation, inventory)
         for name, (_, inventory) in sorted(newest.items()):
-            self.inventories[name] = inventory
-            self.addresses[name] = addresses.get(name, "")
+            known = self.inventories.get(name)
+            if known is None:
+                self.inventories[name] = inventory
+                self.addresses[name] = addresses.get(name, "")
+                added = inventory.gpus
+            else:  # GPUs on both paths of one node: the annotation's entry of a GPU wins
+                listed = {gpu.uuid for gpu in known.gpus}
+                added = [gpu for gpu in inventory.gpus if gpu.uuid not in listed]
+                gpus = [*known.gpus, *added]
+                self.inventories[name] = known.model_copy(update={"gpus": gpus})
+            self.dra_gpus |= {(name, gpu.uuid) for gpu in added}
 
     def _add_pod(self, pod: Mapping[str, Any]) -> None:
         metadata = pod.get("metadata") or {}
@@ -231,22 +244,32 @@ class ClusterSnapshot:
 
     # --- what the views need ------------------------------------------------------------
 
-    def ledger(self) -> Ledger:
-        """The core ledger holding every node and every live allocation (built once; the
-        snapshot is a reading of one moment, and ``decide`` does not change the ledger)."""
-        if self._ledger is None:
+    def ledger(self, path: Path | None = None) -> Ledger:
+        """The core ledger of every node and live allocation (``path``: only that path's GPUs
+        and allocations, as its allocator counts them). Built once per path; the snapshot is
+        a reading of one moment, and ``decide`` does not change the ledger."""
+        if path not in self._ledgers:
             ledger = Ledger()
             for inventory in self.inventories.values():
-                ledger.set_node(inventory)
+                ledger.set_node(self._on_path(inventory, path))
             for pod in self.pods:
-                ledger.add(pod.uid, pod.allocation, namespace=pod.namespace)
-            self._ledger = ledger
-        return self._ledger
+                if path is None or pod.path == path:
+                    ledger.add(pod.uid, pod.allocation, namespace=pod.namespace)
+            self._ledgers[path] = ledger
+        return self._ledgers[path]
 
-    def decide(self, request: PodRequest) -> Decision:
+    def _on_path(self, inventory: NodeInventory, path: Path | None) -> NodeInventory:
+        if path is None:
+            return inventory
+        want = path == "dra"
+        gpus = [g for g in inventory.gpus if ((inventory.name, g.uuid) in self.dra_gpus) == want]
+        return inventory.model_copy(update={"gpus": gpus})
+
+    def decide(self, request: PodRequest, path: Path | None = None) -> Decision:
         """The engine's answer with every node's verdict and numbers (``explain=True``) and,
-        when nothing fits, the changed requests that would (``suggest=True``)."""
-        return self.ledger().decide(request, explain=True, suggest=True)
+        when nothing fits, the changed requests that would (``suggest=True``); with ``path``,
+        over that path's GPUs only (a DRA pod cannot land on an extender-path GPU)."""
+        return self.ledger(path).decide(request, explain=True, suggest=True)
 
     def usage(self) -> dict[tuple[str, str], GpuUsage]:
         """(node, GPU UUID) -> what live allocations take, counted by the core's ``charges``

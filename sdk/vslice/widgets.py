@@ -245,7 +245,7 @@ def pending_plans(snapshot: ClusterSnapshot) -> list[PendingPlan]:
         PendingPlan(
             p,
             Plan(
-                snapshot.decide(p.request),
+                snapshot.decide(p.request, p.path),
                 namespace=p.namespace,
                 request=p.request,
                 path=p.path,

@@ -45,6 +45,11 @@ class ClusterNode(NodeInventory):
         description="Local lab only: run this node as a real kubelet with containerd (the "
         "fake driver standing in for its GPUs) instead of simulating it; ignored elsewhere.",
     )
+    dra_gpus: list[int] = Field(
+        default_factory=list,
+        description="Local lab only: indices of the GPUs served on the DRA path (published in "
+        "the node's ResourceSlice, kept out of its annotation and extended resources).",
+    )
 
     def inventory(self) -> NodeInventory:
         gpus = [Gpu.model_validate(gpu.model_dump(exclude={"used"})) for gpu in self.gpus]

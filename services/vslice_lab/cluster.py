@@ -16,6 +16,7 @@ from vslice_core.errors import Timeout
 from vslice_core.resources import DEFAULT_RESOURCE_NAMES, ResourceNames
 from vslice_kube.admissionpolicy import apply_validating_admission_policy
 from vslice_kube.client import api_client
+from vslice_kube.dra import DraApi
 from vslice_kube.namespaces import label_namespace
 from vslice_kube.nodes import apply_node, ready_node_names
 from vslice_kube.rbac import apply_cluster_role, viewer_cluster_role
@@ -23,6 +24,7 @@ from vslice_kube.webhooks import apply_mutating_webhook
 from vslice_services.webhook.reach import match_conditions
 from vslice_services.webhook.statepolicy import state_policy
 
+from vslice_lab import dra
 from vslice_lab.inventory import SIMULATED_LABEL, SimulatedNode
 
 WEBHOOK_CONFIGURATION = "vslice-webhook"
@@ -126,6 +128,10 @@ class LabCluster:
         with ThreadPoolExecutor(max_workers=16) as pool:
             list(pool.map(lambda body: apply_node(self._client, body), manifests))
         return [node.name for node in nodes]
+
+    def install_dra(self, nodes: Sequence[SimulatedNode]) -> int:
+        """The DeviceClass and the simulated nodes' ResourceSlices (``vslice_lab.dra``)."""
+        return dra.install(DraApi(self._client), nodes)
 
     def ready_nodes(self) -> set[str]:
         """The nodes that are Ready now, simulated and real."""

@@ -35,10 +35,10 @@ def install(api: DraApi, nodes: Sequence[SimulatedNode]) -> int:
     """Apply the DeviceClass and the simulated nodes' slices (16 at a time, written only
     when they differ from what is stored); how many nodes have one."""
     api.apply_device_class(device_class())
-    simulated = [node for node in nodes if not node.real and node.inventory.gpus]
+    simulated = [node for node in nodes if not node.real and node.dra_inventory.gpus]
 
     def publish(node: SimulatedNode) -> None:
-        SlicePublisher(api, node.name).publish(node.inventory)
+        SlicePublisher(api, node.name).publish(node.dra_inventory)
 
     with ThreadPoolExecutor(max_workers=16) as pool:
         list(pool.map(publish, simulated))

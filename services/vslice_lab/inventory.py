@@ -15,6 +15,7 @@ from typing import Any
 
 from vslice_core.annotations import NODE_GPUS, encode_node_gpus
 from vslice_core.cluster import load_cluster
+from vslice_core.dra.devices import split
 from vslice_core.errors import InvalidRequest
 from vslice_core.model import NodeInventory
 from vslice_core.resources import DEFAULT_RESOURCE_NAMES
@@ -35,6 +36,19 @@ class SimulatedNode:
     extra_resources: dict[str, str] = field(default_factory=dict)
     real: bool = False
     """``kubelet: true`` in the inventory: a real kubelet node (see ``realnode``), not kwok."""
+    dra_gpus: tuple[int, ...] = ()
+    """GPU indices on the DRA path (``dra_gpus`` in the inventory); the others are on the
+    extender path. A GPU serves one path only (docs/dra.md "Mixing paths")."""
+
+    @property
+    def extender_inventory(self) -> NodeInventory:
+        """The GPUs the node annotation lists and the node advertises as nvidia.com/gpu."""
+        return split(self.inventory, self.dra_gpus)[0]
+
+    @property
+    def dra_inventory(self) -> NodeInventory:
+        """The GPUs of the node's ResourceSlice."""
+        return split(self.inventory, self.dra_gpus)[1]
 
     @property
     def name(self) -> str:
@@ -42,7 +56,7 @@ class SimulatedNode:
 
     @property
     def gpu_devices(self) -> int:
-        return sum(gpu.slots for gpu in self.inventory.gpus)
+        return sum(gpu.slots for gpu in self.extender_inventory.gpus)
 
     def manifest(self) -> dict[str, Any]:
         """The Node object (metadata and status) for the API."""
@@ -66,7 +80,7 @@ class SimulatedNode:
                     "type": "kwok",
                     SIMULATED_LABEL: "true",
                 },
-                "annotations": {key: value, NODE_GPUS: encode_node_gpus(self.inventory)},
+                "annotations": {key: value, NODE_GPUS: encode_node_gpus(self.extender_inventory)},
             },
             "status": {"capacity": resources, "allocatable": resources},
         }
@@ -91,4 +105,17 @@ def load_inventory(path: Path) -> list[SimulatedNode]:
             field="nodes",
             value=str(path),
         )
-    return [SimulatedNode(node.inventory(), real=node.kubelet) for node in cluster.nodes]
+    for node in cluster.nodes:
+        indices = {gpu.index for gpu in node.gpus}
+        unknown = sorted(set(node.dra_gpus) - indices)
+        if unknown:
+            raise InvalidRequest(
+                f"inventory {path}: node {node.name}: dra_gpus names GPU index {unknown[0]}, "
+                f"which the node does not have (it has {sorted(indices)})",
+                field="dra_gpus",
+                value=unknown[0],
+            )
+    return [
+        SimulatedNode(node.inventory(), real=node.kubelet, dra_gpus=tuple(node.dra_gpus))
+        for node in cluster.nodes
+    ]

@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vslice_core.dra import DRIVER
 from vslice_core.errors import InvalidRequest, VsliceError
 
 from vslice_lab import binaries as binaries_module
-from vslice_lab import components, configs, pki, processes, realnode, state
+from vslice_lab import components, configs, dra, pki, processes, realnode, state
 from vslice_lab.cluster import SERVICES_GROUP, LabCluster
 from vslice_lab.components import Certificates, Component
 from vslice_lab.errors import LabError
@@ -192,6 +193,10 @@ def _start_all(
         record.nodes = cluster.create_nodes(simulated, options.extra_node_resources)
         state.save(layout, record)
         cluster.wait_nodes_ready(record.nodes, options.timeout)
+    with_dra = dra.supported(options.version)
+    if with_dra:
+        published = cluster.install_dra(nodes)
+        say(f"installing the DRA device class {DRIVER} ({published} simulated ResourceSlice(s))")
     if real and node_binaries is not None:
         context = realnode.NodeContext(
             layout=layout,
@@ -206,6 +211,7 @@ def _start_all(
             timeout=options.timeout,
             launch=lambda group: _launch(layout, record, say, group, options.timeout),
             say=say,
+            dra=with_dra,
         )
         for node in real:
             realnode.start(node, context)

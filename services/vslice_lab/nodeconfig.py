@@ -186,9 +186,15 @@ class NodeLayout:
     def settings(self, service: str) -> Path:
         return self.root / f"{service}.yaml"
 
+    @property
+    def plugins_registry(self) -> Path:
+        """The kubelet's plugin registration directory (``<root-dir>/plugins_registry``)."""
+        return self.kubelet_root / "plugins_registry"
+
     def long_sockets(self) -> list[str]:
-        """Sockets the kubelet makes below its root dir whose paths would be too long."""
-        paths = [self.pod_resources_socket, self.kubelet_root / "plugins_registry" / "x.sock"]
+        """Sockets below the kubelet's root dir whose paths would be too long (the longest
+        name in the registry is the DRA driver's registration socket)."""
+        paths = [self.pod_resources_socket, self.plugins_registry / "gpu.vslice.io-reg.sock"]
         return [str(p) for p in paths if len(str(p)) > MAX_SOCKET_PATH]
 
     def prepare(self) -> None:
@@ -437,10 +443,24 @@ def device_plugin_settings(
     admin: Path,
     port: int,
     allocation_keys: Path | None = None,
+    dra_gpus: list[int] | None = None,
 ) -> dict[str, Any]:
     """The device plugin's settings; with ``allocation_keys`` (the lab's proof key file, the
-    extender's) it refuses allocations without a valid proof, as on a production node."""
+    extender's) it refuses allocations without a valid proof, as on a production node. With
+    ``dra_gpus`` the node agent also serves those GPUs on the DRA path; its registration
+    socket goes in the kubelet's plugin registry, its DRA socket in the node's short run
+    directory (socket paths are short)."""
+    dra: dict[str, Any] = {}
+    if dra_gpus:
+        dra = {
+            "dra": True,
+            "dra_gpus": dra_gpus,
+            "kubelet_plugins_registry": str(layout.plugins_registry),
+            "kubelet_plugins_dir": str(layout.kubelet_root / "plugins"),
+            "dra_socket": str(layout.run_dir / "dra.sock"),
+        }
     return {
+        **dra,
         "node_name": name,
         "kubeconfig": str(admin),
         "listen": f"{HOST}:{port}",

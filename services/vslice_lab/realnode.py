@@ -58,6 +58,9 @@ class NodeContext:
     timeout: float
     launch: Launch
     say: Callable[[str], None]
+    dra: bool = False
+    """The control plane serves DRA with consumable capacity (1.36+): the node agent serves
+    the node's ``dra_gpus`` on the DRA path."""
 
 
 def node_layout(layout: Layout, name: str) -> NodeLayout:
@@ -174,6 +177,7 @@ def start(node: SimulatedNode, ctx: NodeContext) -> None:
             ctx.services_kubeconfig,
             ports.device_plugin,
             allocation_keys=ctx.certs.allocation_keys,
+            dra_gpus=list(node.dra_gpus) if ctx.dra and node.dra_gpus else None,
         ),
     )
     monitor = configs.write_settings(

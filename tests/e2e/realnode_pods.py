@@ -10,7 +10,7 @@ import json
 import time
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,10 @@ class RealNode:
     lab: LabHandle
     name: str
     gpus: list[Gpu]
+    """The node's GPUs on the extender path (what sliced pods of these tests get)."""
+    all_gpus: list[Gpu] = field(default_factory=list)
+    dra_gpus: tuple[int, ...] = ()
+    """Indices of the GPUs on the DRA path (tests/e2e/test_dra_realnode.py)."""
 
     @property
     def layout(self) -> NodeLayout:
@@ -172,5 +176,15 @@ def real_node_of(lab: LabHandle) -> RealNode:
         why = lab.record.real_node_note or "the inventory marks no node `kubelet: true`"
         pytest.fail(f"this test needs the lab's real node, and the lab has none: {why}")
     name = lab.record.real_nodes[0]
-    inventory = next(n for n in load_inventory(Path(lab.record.inventory)) if n.name == name)
-    return RealNode(lab, name, sorted(inventory.inventory.gpus, key=lambda g: g.index))
+    node = next(n for n in load_inventory(Path(lab.record.inventory)) if n.name == name)
+
+    def ordered(gpus: list[Gpu]) -> list[Gpu]:
+        return sorted(gpus, key=lambda g: g.index)
+
+    return RealNode(
+        lab,
+        name,
+        ordered(node.extender_inventory.gpus),
+        ordered(node.inventory.gpus),
+        node.dra_gpus,
+    )

@@ -274,3 +274,24 @@ def test_a_finished_pod_still_holds_its_claim_until_it_is_deallocated(
     assert row(snapshot, "node-c", 0).memory_used_mib == 8192
     (held,) = snapshot.pods
     assert held.phase == ("Succeeded" if reserved else UNRESERVED)
+
+
+def test_a_node_serving_both_paths_lists_both_and_each_path_decides_on_its_own_gpus() -> None:
+    from vslice_core.model import ContainerRequest, PodRequest
+
+    nodes = [node("node-a", "NVIDIA-A100-SXM4-80GB", 81920, 1)]  # GPU 0 by annotation
+    slices = [resource_slice("node-a", [device(1, "GPU-node-a-dra")])]  # GPU 1 on DRA
+    snapshot = ClusterSnapshot.read(nodes, [], slices)
+    assert [(r.index, r.uuid) for r in snapshot.gpus()] == [
+        (0, "GPU-node-a-0"),
+        (1, "GPU-node-a-dra"),
+    ]
+    request = PodRequest(containers=[ContainerRequest(name="c", gpus=1, memory_mib=1024, cores=0)])
+    on_dra = snapshot.decide(request, "dra").allocation
+    on_extender = snapshot.decide(request, "extender").allocation
+    assert on_dra is not None and on_extender is not None
+    assert on_dra.containers[0].gpus[0].uuid == "GPU-node-a-dra"
+    assert on_extender.containers[0].gpus[0].uuid == "GPU-node-a-0"
+    two = PodRequest(containers=[ContainerRequest(name="c", gpus=2, memory_mib=1024, cores=0)])
+    assert not snapshot.decide(two, "dra").fits  # one DRA GPU: two do not fit there
+    assert snapshot.decide(two).fits  # both together (the views' reading) would

@@ -175,13 +175,19 @@ EXAMPLE_REQUEST = ["--name", "example-slice", "--memory", "4Gi", "--cores", "30"
 
 
 def real_node_gpus(inventory: str, real_nodes: list[str]) -> list[str]:
-    """The GPU UUIDs of the lab's real nodes, from its inventory file."""
+    """The GPU UUIDs of the lab's real nodes on the extender path (the example's), from its
+    inventory file."""
     from vslice_lab.inventory import load_inventory
 
     if not inventory or not real_nodes:
         return []
     nodes = load_inventory(Path(inventory))
-    return [gpu.uuid for node in nodes if node.name in real_nodes for gpu in node.inventory.gpus]
+    return [
+        gpu.uuid
+        for node in nodes
+        if node.name in real_nodes
+        for gpu in node.extender_inventory.gpus
+    ]
 
 
 def example_argv(kubeconfig: Path, real_gpus: list[str]) -> list[str]:

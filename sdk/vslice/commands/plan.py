@@ -103,7 +103,7 @@ def _decide(
             decision, request = plan_decision(cluster, manifest)
         else:
             request = plan_decision(Cluster(), manifest)[1]  # the same checks of the pod
-            decision = cluster.decide(request)
+            decision = cluster.decide(request, "extender")
         return decision, request, None
     if found.missing:
         ref = found.missing[0]
@@ -120,7 +120,7 @@ def _decide(
         nodes = [node.name for node in cluster.nodes]
         decision = build_ledger(cluster).decide(request, nodes, explain=True, suggest=True)
     else:
-        decision = cluster.decide(request)
+        decision = cluster.decide(request, "dra")
     return decision, request, dra.notes(namespaced, found.notes)
 
 

@@ -79,7 +79,7 @@ def pending_lines(snapshot: ClusterSnapshot) -> list[PendingLine]:
         PendingLine(
             pod=pending.holder,
             asks=describe_request(pending.request) + (DRA_MARK if pending.path == "dra" else ""),
-            why=why_not(snapshot.decide(pending.request), pending.request),
+            why=why_not(snapshot.decide(pending.request, pending.path), pending.request),
         )
         for pending in snapshot.pending
     ]

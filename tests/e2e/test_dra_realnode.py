@@ -1,0 +1,209 @@
+"""Slices through DRA on the lab's real node: ResourceClaims allocated by kube-scheduler's own
+allocator (consumable capacity, Kubernetes 1.36), prepared by vslice's kubelet plugin in the
+node agent, run in real containers with the shim and the fake driver.
+
+The lab's real node serves GPU 2 on the DRA path (``dra_gpus`` in inventory/lab/cluster.yaml)
+and GPUs 0 and 1 on the extender path, so these tests and the extender-path tests share the
+node without sharing a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+from realnode_pods import RealNode, finished, parse_smoke, running
+from vslice_core.dra import DEVICE_CLASS, DRIVER
+from vslice_lab import lab as lab_module
+from vslice_lab.images import SMOKE_IMAGE
+
+pytestmark = pytest.mark.timeout(300)
+STEP_MIB = 256
+CLAIM = "gpu"
+
+
+def dra_gpu(node: RealNode) -> Any:
+    gpus = [g for g in node.all_gpus if g.index in node.dra_gpus]
+    if not gpus:
+        pytest.fail(f"the lab's real node {node.name} serves no GPU on the DRA path (dra_gpus)")
+    return gpus[0]
+
+
+def resource(node: RealNode) -> k8s.ResourceV1Api:
+    return k8s.ResourceV1Api(node.lab.api)
+
+
+def template(
+    node: RealNode, namespace: str, name: str, *, memory: str | None, cores: int | None = None
+) -> None:
+    capacity: dict[str, str] = {}
+    if memory is not None:
+        capacity["memory"] = memory
+    if cores is not None:
+        capacity["cores"] = str(cores)
+    exactly: dict[str, Any] = {"deviceClassName": DEVICE_CLASS, "count": 1}
+    if capacity:
+        exactly["capacity"] = {"requests": capacity}
+    body = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name},
+        "spec": {"spec": {"devices": {"requests": [{"name": "main", "exactly": exactly}]}}},
+    }
+    resource(node).create_namespaced_resource_claim_template(
+        namespace, body, _preload_content=False
+    )
+
+
+def claim_pod(node: RealNode, namespace: str, name: str, tmpl: str, args: list[str]) -> None:
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 0,
+            "resourceClaims": [{"name": CLAIM, "resourceClaimTemplateName": tmpl}],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": SMOKE_IMAGE,
+                    "command": ["vslice-smoke", *args],
+                    "resources": {"claims": [{"name": CLAIM}]},
+                }
+            ],
+        },
+    }
+    node.lab.core.create_namespaced_pod(namespace, body, _preload_content=False)
+
+
+def claims_of(node: RealNode, namespace: str) -> list[dict[str, Any]]:
+    response = resource(node).list_namespaced_resource_claim(namespace, _preload_content=False)
+    items: list[dict[str, Any]] = json.loads(response.data)["items"]
+    return items
+
+
+def wait(condition: Any, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} did not happen within {timeout:.0f}s")
+        time.sleep(0.3)
+
+
+def test_a_claim_pod_runs_and_sees_its_slice(real_node: RealNode, namespace: str) -> None:
+    gpu = dra_gpu(real_node)
+    template(real_node, namespace, "four-gib", memory="4Gi", cores=30)
+    claim_pod(real_node, namespace, "claimed", "four-gib", ["memory", "--hold", "5"])
+    real_node.wait_running(namespace, "claimed")
+    # Read while the pod runs: the controller manager deletes a template's claim once its
+    # pod is done.
+    (claim,) = claims_of(real_node, namespace)
+    pod = real_node.wait_finished(namespace, "claimed")
+    text = real_node.logs(namespace, "claimed")
+    assert pod["status"]["phase"] == "Succeeded", text
+    seen = parse_smoke(text)
+    assert seen["devices"] == "1", text
+    assert seen["device.0.uuid"] == gpu.uuid, text
+    assert seen["device.0.total_mib"] == seen["nvml.0.total_mib"] == "4096", text
+    assert seen["oom_error"] == "CUDA_ERROR_OUT_OF_MEMORY", text
+    assert 4096 - STEP_MIB < int(seen["max_allocated_mib"]) <= 4096, text
+    (result,) = claim["status"]["allocation"]["devices"]["results"]
+    assert (result["driver"], result["pool"]) == (DRIVER, real_node.name)
+    assert result["device"] == f"gpu-{gpu.index}"
+    assert result["consumedCapacity"]["memory"] == "4Gi"
+
+
+def test_two_claims_share_one_gpu_and_together_never_exceed_it(
+    real_node: RealNode, namespace: str
+) -> None:
+    gpu = dra_gpu(real_node)
+    sizes = {"small": 10240, "large": 12288}
+    assert sum(sizes.values()) <= gpu.memory_mib < sum(sizes.values()) + 4096
+    for name, mib in sizes.items():
+        template(real_node, namespace, name, memory=f"{mib}Mi")
+        claim_pod(real_node, namespace, name, name, ["memory", "--hold", "8"])
+    for name in sizes:
+        real_node.wait_running(namespace, name)
+    # With both held, 4 GiB more does not fit on the card: the third claim waits.
+    template(real_node, namespace, "third", memory="4Gi")
+    claim_pod(real_node, namespace, "third", "third", ["memory"])
+    seen = {}
+    for name in sizes:
+        real_node.wait_finished(namespace, name)
+        seen[name] = parse_smoke(real_node.logs(namespace, name))
+    for name, mib in sizes.items():
+        assert seen[name]["device.0.uuid"] == gpu.uuid
+        assert seen[name]["device.0.total_mib"] == str(mib), seen[name]
+        assert mib - STEP_MIB < int(seen[name]["max_allocated_mib"]) <= mib, seen[name]
+    assert sum(int(s["max_allocated_mib"]) for s in seen.values()) <= gpu.memory_mib
+    # Once they are done, the third gets the card's capacity they left.
+    third = real_node.wait_finished(namespace, "third")
+    assert third["status"]["phase"] == "Succeeded", real_node.logs(namespace, "third")
+
+
+def test_a_claim_larger_than_any_gpu_waits_with_the_schedulers_reason(
+    real_node: RealNode, namespace: str
+) -> None:
+    template(real_node, namespace, "huge", memory="500Gi")
+    claim_pod(real_node, namespace, "huge", "huge", ["memory"])
+
+    def unschedulable(pod: dict[str, Any]) -> bool:
+        conditions = pod.get("status", {}).get("conditions") or []
+        return any(c.get("reason") == "Unschedulable" for c in conditions)
+
+    pod = real_node.wait(namespace, "huge", unschedulable, "Unschedulable", timeout=60)
+    message = next(c["message"] for c in pod["status"]["conditions"] if c["type"] == "PodScheduled")
+    assert "cannot allocate all claims" in message, message
+    assert not pod["spec"].get("nodeName")
+
+
+def test_deleting_the_pod_unprepares_the_claim_and_frees_the_capacity(
+    real_node: RealNode, namespace: str
+) -> None:
+    gpu = dra_gpu(real_node)
+    template(real_node, namespace, "whole", memory=None)  # no memory asked: the whole card
+    claim_pod(real_node, namespace, "whole", "whole", ["memory", "--hold", "600"])
+    real_node.wait_running(namespace, "whole")
+    (claim,) = claims_of(real_node, namespace)
+    uid = claim["metadata"]["uid"]
+    layout = real_node.layout
+    spec = layout.cdi_dir / f"vslice.io-claim_{uid}.json"
+    limits = layout.limits_root / uid / "main" / "limits"
+    assert spec.exists() and f"CUDA_DEVICE_MEMORY_LIMIT_0={gpu.memory_mib}m" in limits.read_text()
+    real_node.lab.core.delete_namespaced_pod("whole", namespace, grace_period_seconds=0)
+    wait(lambda: not spec.exists() and not limits.exists(), "unprepare of the claim's files")
+    wait(lambda: not claims_of(real_node, namespace), "deletion of the pod's claim")
+    template(real_node, namespace, "again", memory=f"{gpu.memory_mib}Mi")
+    claim_pod(real_node, namespace, "again", "again", ["memory"])
+    again = real_node.wait_finished(namespace, "again")
+    assert again["status"]["phase"] == "Succeeded", real_node.logs(namespace, "again")
+
+
+def test_a_node_agent_restart_loses_no_prepared_claim(real_node: RealNode, namespace: str) -> None:
+    template(real_node, namespace, "two-gib", memory="2Gi")
+    claim_pod(real_node, namespace, "before", "two-gib", ["memory", "--hold", "600"])
+    before = real_node.wait_running(namespace, "before")
+    container = before["status"]["containerStatuses"][0]["containerID"]
+    lab_module.restart(real_node.lab.state_dir, f"device-plugin-{real_node.name}", kill=True)
+    # The running container is untouched; a new claim pod is prepared by the new process.
+    claim_pod(real_node, namespace, "after", "two-gib", ["memory"])
+    after = real_node.wait_finished(namespace, "after")
+    assert after["status"]["phase"] == "Succeeded", real_node.logs(namespace, "after")
+    assert parse_smoke(real_node.logs(namespace, "after"))["device.0.total_mib"] == "2048"
+    now = real_node.lab.read_pod(namespace, "before")
+    assert running(now) and now["status"]["containerStatuses"][0]["containerID"] == container
+    # The claim prepared before the restart is unprepared by the new process.
+    uid = next(
+        c["metadata"]["uid"]
+        for c in claims_of(real_node, namespace)
+        if any(r.get("name") == "before" for r in c["status"].get("reservedFor") or [])
+    )
+    spec = real_node.layout.cdi_dir / f"vslice.io-claim_{uid}.json"
+    assert spec.exists()
+    real_node.lab.core.delete_namespaced_pod("before", namespace, grace_period_seconds=0)
+    wait(lambda: not spec.exists(), "unprepare after the restart")
+    assert finished(real_node.lab.read_pod(namespace, "after"))
