@@ -20,7 +20,9 @@ from vslice_kube.dra import DraApi
 from vslice_kube.namespaces import label_namespace
 from vslice_kube.nodes import apply_node, ready_node_names
 from vslice_kube.rbac import apply_cluster_role, viewer_cluster_role
+from vslice_kube.validatingwebhooks import apply_validating_webhook
 from vslice_kube.webhooks import apply_mutating_webhook
+from vslice_services.webhook.claimconfig import claims_webhook_configuration
 from vslice_services.webhook.reach import match_conditions
 from vslice_services.webhook.statepolicy import state_policy
 
@@ -76,7 +78,8 @@ def webhook_configuration(
                 ],
                 "matchConditions": match_conditions(names),
                 "failurePolicy": "Fail",
-                "sideEffects": "None",
+                # The DRA path creates the pod's ResourceClaimTemplate, never on a dry run.
+                "sideEffects": "NoneOnDryRun",
                 "admissionReviewVersions": ["v1"],
                 "timeoutSeconds": 10,
                 "namespaceSelector": {
@@ -101,7 +104,11 @@ class LabCluster:
         self._client = api_client(kubeconfig, pool_size=16)
 
     def register_webhook(self, url: str, ca: Path) -> None:
-        apply_mutating_webhook(self._client, webhook_configuration(url, ca.read_bytes()))
+        """The pods' mutating configuration and the claims' validating one (same URL)."""
+        pods = webhook_configuration(url, ca.read_bytes())
+        apply_mutating_webhook(self._client, pods)
+        client_config = pods["webhooks"][0]["clientConfig"]
+        apply_validating_webhook(self._client, claims_webhook_configuration(client_config))
 
     def install_state_policy(self) -> None:
         """Only the lab's services (group vslice:services) may write vslice's pod state."""

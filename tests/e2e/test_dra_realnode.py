@@ -58,6 +58,11 @@ def template(
     )
 
 
+SLEEP = ["sh", "-c", "sleep 600"]
+"""A pod that holds its claim and no GPU memory: deleting it kills the process, and the fake
+driver (a shared counter, unlike a real driver) would keep what a killed process held."""
+
+
 def claim_pod(node: RealNode, namespace: str, name: str, tmpl: str, args: list[str]) -> None:
     body = {
         "apiVersion": "v1",
@@ -71,7 +76,7 @@ def claim_pod(node: RealNode, namespace: str, name: str, tmpl: str, args: list[s
                 {
                     "name": "main",
                     "image": SMOKE_IMAGE,
-                    "command": ["vslice-smoke", *args],
+                    "command": args if args[:1] == ["sh"] else ["vslice-smoke", *args],
                     "resources": {"claims": [{"name": CLAIM}]},
                 }
             ],
@@ -166,7 +171,7 @@ def test_deleting_the_pod_unprepares_the_claim_and_frees_the_capacity(
 ) -> None:
     gpu = dra_gpu(real_node)
     template(real_node, namespace, "whole", memory=None)  # no memory asked: the whole card
-    claim_pod(real_node, namespace, "whole", "whole", ["memory", "--hold", "600"])
+    claim_pod(real_node, namespace, "whole", "whole", SLEEP)
     real_node.wait_running(namespace, "whole")
     (claim,) = claims_of(real_node, namespace)
     uid = claim["metadata"]["uid"]
@@ -185,7 +190,7 @@ def test_deleting_the_pod_unprepares_the_claim_and_frees_the_capacity(
 
 def test_a_node_agent_restart_loses_no_prepared_claim(real_node: RealNode, namespace: str) -> None:
     template(real_node, namespace, "two-gib", memory="2Gi")
-    claim_pod(real_node, namespace, "before", "two-gib", ["memory", "--hold", "600"])
+    claim_pod(real_node, namespace, "before", "two-gib", SLEEP)
     before = real_node.wait_running(namespace, "before")
     container = before["status"]["containerStatuses"][0]["containerID"]
     lab_module.restart(real_node.lab.state_dir, f"device-plugin-{real_node.name}", kill=True)
@@ -207,3 +212,65 @@ def test_a_node_agent_restart_loses_no_prepared_claim(real_node: RealNode, names
     real_node.lab.core.delete_namespaced_pod("before", namespace, grace_period_seconds=0)
     wait(lambda: not spec.exists(), "unprepare after the restart")
     assert finished(real_node.lab.read_pod(namespace, "after"))
+
+
+def test_a_hami_style_pod_in_a_dra_namespace_is_converted_and_sees_its_slice(
+    real_node: RealNode, namespace: str
+) -> None:
+    gpu = dra_gpu(real_node)
+    core = real_node.lab.core
+    core.patch_namespace(namespace, {"metadata": {"labels": {"vslice.io/path": "dra"}}})
+    time.sleep(1.0)  # the webhook follows namespace labels through a watch
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "converted", "annotations": {"nvidia.com/use-gpuuuid": gpu.uuid}},
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": SMOKE_IMAGE,
+                    "command": ["vslice-smoke", "memory"],
+                    "resources": {
+                        "limits": {
+                            "nvidia.com/gpu": "1",
+                            "nvidia.com/gpumem": "3072",
+                            "nvidia.com/gpucores": "20",
+                        }
+                    },
+                }
+            ],
+        },
+    }
+    created = json.loads(core.create_namespaced_pod(namespace, body, _preload_content=False).data)
+    spec = created["spec"]
+    (reference,) = spec["resourceClaims"]
+    assert reference["resourceClaimTemplateName"].startswith("vslice-")
+    limits = spec["containers"][0]["resources"].get("limits") or {}
+    assert not any(name.startswith("nvidia.com/") for name in limits), limits
+    assert spec.get("schedulerName", "default-scheduler") == "default-scheduler"
+    pod = real_node.wait_finished(namespace, "converted")
+    text = real_node.logs(namespace, "converted")
+    assert pod["status"]["phase"] == "Succeeded", text
+    seen = parse_smoke(text)
+    assert seen["device.0.uuid"] == gpu.uuid, text
+    assert seen["device.0.total_mib"] == "3072", text
+    assert 3072 - STEP_MIB < int(seen["max_allocated_mib"]) <= 3072, text
+
+
+def test_a_claim_outside_the_request_policy_is_refused_naming_the_field(
+    real_node: RealNode, namespace: str
+) -> None:
+    with pytest.raises(k8s.ApiException) as refused:
+        template(real_node, namespace, "half-mib", memory="1.5Mi")
+    assert refused.value.status in (400, 403, 422)
+    message = (
+        refused.value.body.decode()
+        if isinstance(refused.value.body, bytes)
+        else str(refused.value.body)
+    )
+    # The API server stores 1.5Mi as 1536Ki before any webhook sees it.
+    assert "capacity.requests.memory" in message and "1536Ki" in message, message
+    assert "ResourceClaimTemplate" in message and "half-mib" in message, message

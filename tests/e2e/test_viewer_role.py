@@ -136,6 +136,10 @@ def test_a_group_bound_to_the_viewer_role_reads_the_snapshot_and_nothing_else(
     calls = Workloads(group_api)
     snapshot = _once_bound(lambda: ClusterSnapshot.read(calls.list_nodes(), calls.list_pods()))
     assert {row.node for row in snapshot.gpus()} >= set(lab.record.nodes)
+    # The DRA path's objects too (the real node publishes its ResourceSlice on 1.36).
+    slices = calls.list_resource_slices("gpu.vslice.io")
+    calls.list_resource_claims()
+    assert calls.dra_unavailable is None and slices
     core: Any = k8s.CoreV1Api(group_api)
     message = _forbidden(lambda: core.list_namespaced_secret(namespace, _preload_content=False))
     assert "secrets" in message and "alice" in message

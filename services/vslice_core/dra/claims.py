@@ -131,7 +131,7 @@ def _check_capacity(label: str, field: str, requests: Mapping[str, Any]) -> list
         if short not in CAPACITIES:
             problems.append(
                 InvalidRequest(
-                    f"ResourceClaim {label}: {where} is not a capacity of {DRIVER} "
+                    f"{label}: {where} is not a capacity of {DRIVER} "
                     f"(it has {', '.join(CAPACITIES)}), got {value!r}",
                     field=where,
                     value=value,
@@ -141,9 +141,7 @@ def _check_capacity(label: str, field: str, requests: Mapping[str, Any]) -> list
         try:
             number = parse_quantity(value, where)
         except InvalidRequest as error:
-            problems.append(
-                InvalidRequest(f"ResourceClaim {label}: {error}", field=where, value=value)
-            )
+            problems.append(InvalidRequest(f"{label}: {error}", field=where, value=value))
             continue
         expectation = None
         if short == MEMORY and (number < MIB or (number / MIB).denominator != 1):
@@ -155,7 +153,7 @@ def _check_capacity(label: str, field: str, requests: Mapping[str, Any]) -> list
         if expectation:
             problems.append(
                 InvalidRequest(
-                    f"ResourceClaim {label}: {where} must be {expectation}, got {value!r}",
+                    f"{label}: {where} must be {expectation}, got {value!r}",
                     field=where,
                     value=value,
                 )
@@ -182,7 +180,7 @@ def _check_selectors(label: str, field: str, items: object) -> list[InvalidReque
                     where = f"{field}[{i}].cel.expression"
                     problems.append(
                         InvalidRequest(
-                            f"ResourceClaim {label}: {where} uses {kind} {name!r}, which "
+                            f"{label}: {where} uses {kind} {name!r}, which "
                             f"{DRIVER} devices do not have (they have {', '.join(known)})",
                             field=where,
                             value=name,
@@ -201,7 +199,7 @@ def check(
     policy, and a selector on an attribute vslice does not publish are each one problem
     naming the claim, the field and the value.
     """
-    label = claim_label(claim)
+    label = f"{claim.get('kind') or 'ResourceClaim'} {claim_label(claim)}"
     spec = claim.get("spec") or {}
     if "spec" in spec and "devices" not in spec:  # a ResourceClaimTemplate
         spec = spec.get("spec") or {}
@@ -225,7 +223,7 @@ def check(
             if klass not in known_classes:
                 problems.append(
                     InvalidRequest(
-                        f"ResourceClaim {label}: {field}.deviceClassName names no device class "
+                        f"{label}: {field}.deviceClassName names no device class "
                         f"of {DRIVER} (there is {', '.join(known_classes)}), got {klass!r}",
                         field=f"{field}.deviceClassName",
                         value=klass,

@@ -80,7 +80,7 @@ def handle_review(
             extra={
                 "namespace": request.namespace,
                 "kind": request.kind,
-                "name": request.name,
+                "object": request.name,
                 "allowed": verdict.allowed,
                 "reason": verdict.message or None,
             },
