@@ -317,7 +317,8 @@ def test_the_widgets_render_and_the_picker_submits_one_pod_from_the_browser(
     _assert_outputs_render(browser, "02-cluster-view")
     assert browser.find_elements(by.CSS_SELECTOR, ".jupyter-widgets")
     view = _widget_output(browser, ".widget-hprogress")
-    assert len(view.find_elements(by.CSS_SELECTOR, ".widget-hprogress")) == 2 * 16
+    # Two bars (memory, cores) per GPU of inventory/lab/cluster.yaml: 17 GPUs, both paths.
+    assert len(view.find_elements(by.CSS_SELECTOR, ".widget-hprogress")) == 2 * 17
     assert "memory (GiB)" in view.text and "slots" in view.text
     assert f"{namespace}/huge" in view.text and "Pending (1)" in view.text
     assert "80 / 80 GiB" in view.text and "90%" in view.text

@@ -98,7 +98,10 @@ def test_without_cdi_the_plain_mounts_fallback_gives_a_container_the_same_slice(
     settings_file = real_node.layout.settings("device-plugin")
     original = settings_file.read_text()
     component = f"device-plugin-{real_node.name}"
-    settings_file.write_text(yaml.safe_dump({**yaml.safe_load(original), "injection": "mounts"}))
+    # The DRA path needs CDI (the kubelet names DRA devices to the runtime only as CDI
+    # devices), so the node agent serves the device-plugin path alone in this mode.
+    plain = {**yaml.safe_load(original), "injection": "mounts", "dra": False}
+    settings_file.write_text(yaml.safe_dump(plain))
     try:
         lab_module.restart(real_node.lab.state_dir, component)
         _wait_registered(real_node)

@@ -155,7 +155,8 @@ def test_logs_are_read_through_the_api_server_and_failures_are_cluster_errors(
         assert isinstance(text, str)
 
 
-INVENTORY_GPUS = 16  # inventory/lab/cluster.yaml: 2 A100, 4 T4, 8 H100 (simulated), 2 L4 (real)
+INVENTORY_GPUS = 17  # inventory/lab/cluster.yaml: 2 A100, 4 T4, 8 H100 (simulated), 3 L4 (real;
+# GPU 2 on the DRA path, read from the node's ResourceSlice)
 
 
 def test_the_client_works_inside_a_running_event_loop(client: vslice.Client) -> None:
