@@ -17,24 +17,19 @@ pure steps around that (no Kubernetes client, so ``vslice plan`` stays quick to 
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 import yaml
 from vslice_core.dra import DRIVER, claims
-from vslice_core.dra.devices import RESOURCE_API
+from vslice_core.dra.claims import CLAIM_NAME as CLAIM_NAME  # the SDK's spelling
+from vslice_core.dra.claims import claim_template as claim_template
+from vslice_core.dra.claims import template_name as template_name
 from vslice_core.errors import InvalidRequest
 from vslice_core.model import ContainerRequest, PodRequest
 from vslice_core.requests import pod_request as annotated_request
 
-CLAIM_NAME: Final = "vslice-gpu"
-"""The pod's claim entry (``spec.resourceClaims[].name``) its GPU container references, as
-the webhook names it."""
-TEMPLATE_PREFIX: Final = "vslice-"
-HASH_LENGTH: Final = 12
 CLAIM_KINDS: Final = ("ResourceClaim", "ResourceClaimTemplate")
 PLACED_BY: Final = (
     f"on the DRA path kube-scheduler's DRA allocator places this pod (driver {DRIVER}); "
@@ -291,25 +286,3 @@ def chain(*lookups: Lookup | Mapping[tuple[str, str, str], Mapping[str, Any]] | 
 
 
 # --- what the SDK creates for Slice(path="dra") ------------------------------------------
-
-
-def template_name(spec: Mapping[str, Any]) -> str:
-    """``vslice-`` and a short hash of the claim spec: the same shape, the same name (the
-    webhook names the templates it makes the same way)."""
-    text = json.dumps(spec, sort_keys=True, separators=(",", ":"))
-    return TEMPLATE_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:HASH_LENGTH]
-
-
-def claim_template(
-    spec: Mapping[str, Any], namespace: str | None = None, labels: Mapping[str, str] | None = None
-) -> dict[str, Any]:
-    """The ResourceClaimTemplate holding a claim spec (``claims.claim_spec``)."""
-    metadata: dict[str, Any] = {"name": template_name(spec), "labels": dict(labels or {})}
-    if namespace:
-        metadata["namespace"] = namespace
-    return {
-        "apiVersion": RESOURCE_API,
-        "kind": "ResourceClaimTemplate",
-        "metadata": metadata,
-        "spec": {"spec": json.loads(json.dumps(spec))},
-    }

@@ -19,12 +19,12 @@ import pytest
 import yaml
 from served import apply_patch
 from vslice_core.dra import claims
+from vslice_core.dra.claims import CLAIM_NAME
 from vslice_core.errors import ClusterError
 from vslice_core.resources import DEFAULT_RESOURCE_NAMES
 from vslice_services.settings import WebhookSettings
 from vslice_services.webhook import claimconfig
 from vslice_services.webhook.draconvert import (
-    CLAIM_NAME,
     MANAGED_BY,
     claim_template,
     ensure_template,

@@ -20,6 +20,7 @@ equivalent; :func:`unsupported` names them so ``vslice plan`` and the webhook ca
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -31,6 +32,11 @@ from vslice_core.model import ContainerRequest, PodRequest
 from vslice_core.quantities import parse_quantity
 
 ATTRIBUTES = ("model", "uuid", "index", "numaNode", "healthy", "cordoned")
+CLAIM_NAME = "vslice-gpu"
+"""The pod's claim entry (``spec.resourceClaims[].name``) its GPU containers reference, in
+pods the webhook converts and pods the SDK makes."""
+TEMPLATE_PREFIX = "vslice-"
+HASH_LENGTH = 12
 CAPACITIES = (MEMORY, CORES, SLOTS)
 _LABEL = re.compile(r"[^a-z0-9-]+")
 
@@ -109,6 +115,28 @@ def claim_spec(request: PodRequest) -> dict[str, Any]:
     if constraints:
         devices["constraints"] = constraints
     return {"devices": devices}
+
+
+def template_name(spec: Mapping[str, Any]) -> str:
+    """``vslice-`` and a short hash of the claim spec: the same shape, the same name, so the
+    webhook and the SDK share one template per slice shape in a namespace."""
+    text = json.dumps(spec, sort_keys=True, separators=(",", ":"))
+    return TEMPLATE_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:HASH_LENGTH]
+
+
+def claim_template(
+    spec: Mapping[str, Any], namespace: str | None = None, labels: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """The ResourceClaimTemplate holding a claim spec (:func:`claim_spec`), named by it."""
+    metadata: dict[str, Any] = {"name": template_name(spec), "labels": dict(labels or {})}
+    if namespace:
+        metadata["namespace"] = namespace
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": metadata,
+        "spec": {"spec": json.loads(json.dumps(spec))},
+    }
 
 
 def unsupported(request: PodRequest) -> list[str]:

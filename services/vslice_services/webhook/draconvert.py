@@ -22,14 +22,11 @@ Everything here is pure; :func:`ensure_template` does the one side effect throug
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from vslice_core.dra import claims
-from vslice_core.dra.devices import RESOURCE_API
 from vslice_core.errors import ClusterError, InvalidRequest
 from vslice_core.model import PodRequest
 from vslice_core.quantities import parse_quantity
@@ -38,10 +35,6 @@ from vslice_core.resources import ResourceNames
 from vslice_services.webhook.jsonpatch import PodPatch
 from vslice_services.webhook.podspec import containers
 
-CLAIM_NAME = "vslice-gpu"
-"""The pod's claim entry (``spec.resourceClaims[].name``) its GPU containers reference."""
-TEMPLATE_PREFIX = "vslice-"
-HASH_LENGTH = 12
 MANAGED_BY = {"app.kubernetes.io/managed-by": "vslice"}
 INSTEAD = (
     "ask nvidia.com/gpumem in MiB, or 100 percent for the whole card, or use the extender "
@@ -55,24 +48,9 @@ class Conversion:
     warnings: list[str] = field(default_factory=list)
 
 
-def template_name(spec: Mapping[str, Any]) -> str:
-    """``vslice-`` and a short hash of the claim spec: the same shape, the same name."""
-    text = json.dumps(spec, sort_keys=True, separators=(",", ":"))
-    return TEMPLATE_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:HASH_LENGTH]
-
-
 def claim_template(namespace: str, spec: Mapping[str, Any]) -> dict[str, Any]:
     """The ResourceClaimTemplate for a claim spec (``claims.claim_spec``) in ``namespace``."""
-    return {
-        "apiVersion": RESOURCE_API,
-        "kind": "ResourceClaimTemplate",
-        "metadata": {
-            "name": template_name(spec),
-            "namespace": namespace,
-            "labels": dict(MANAGED_BY),
-        },
-        "spec": {"spec": json.loads(json.dumps(spec))},
-    }
+    return claims.claim_template(spec, namespace, MANAGED_BY)
 
 
 def convert(
@@ -86,14 +64,14 @@ def convert(
     pod = patch.pod
     existing = (pod.get("spec") or {}).get("resourceClaims")
     for position, entry in enumerate(existing if isinstance(existing, list) else []):
-        if isinstance(entry, Mapping) and entry.get("name") == CLAIM_NAME:
+        if isinstance(entry, Mapping) and entry.get("name") == claims.CLAIM_NAME:
             where = f"spec.resourceClaims[{position}].name"
             raise InvalidRequest(
-                f"{where}: the pod already has a claim named {CLAIM_NAME!r}, which the webhook "
-                "adds for the pod's nvidia.com/* limits on the DRA path: rename that claim, or "
-                "ask no nvidia.com/* limits and reference your own claim only",
+                f"{where}: the pod already has a claim named {claims.CLAIM_NAME!r}, which the "
+                "webhook adds for the pod's nvidia.com/* limits on the DRA path: rename that "
+                "claim, or ask no nvidia.com/* limits and reference your own claim only",
                 field=where,
-                value=CLAIM_NAME,
+                value=claims.CLAIM_NAME,
             )
     where_is = {c.name: c for c in containers(pod)}
     for wanted in request.containers:
@@ -122,11 +100,11 @@ def convert(
             for resource in vslice_resources:
                 patch.remove((*base, part, resource))
         patch.append(
-            (*base, "claims"), {"name": CLAIM_NAME, "request": claims.request_name(at.name)}
+            (*base, "claims"), {"name": claims.CLAIM_NAME, "request": claims.request_name(at.name)}
         )
     patch.append(
         ("spec", "resourceClaims"),
-        {"name": CLAIM_NAME, "resourceClaimTemplateName": template["metadata"]["name"]},
+        {"name": claims.CLAIM_NAME, "resourceClaimTemplateName": template["metadata"]["name"]},
     )
     return Conversion(template=template, warnings=_warnings(request, names))
 
