@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-import yaml
+from vslice_core.cluster import load_yaml_documents
 from vslice_core.dra import DRIVER, claims
 from vslice_core.dra.claims import CLAIM_NAME as CLAIM_NAME  # the SDK's spelling
 from vslice_core.dra.claims import claim_template as claim_template
@@ -220,15 +220,7 @@ def plan_json(dra_notes: Iterable[str]) -> dict[str, Any]:
 def load_documents(text: str, what: str) -> list[Any]:
     """Every YAML (or JSON) document of ``text`` (empty ones dropped); a syntax error is an
     InvalidRequest naming ``what`` and the line."""
-    try:
-        return [doc for doc in yaml.safe_load_all(text) if doc is not None]
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(error, "problem", None) or "not valid YAML"
-        raise InvalidRequest(
-            f"{what} must be valid YAML or JSON, got {problem}{where}", field=what, value=None
-        ) from None
+    return load_yaml_documents(text, what)
 
 
 def split_documents(

@@ -94,17 +94,29 @@ def parse_cluster(data: Any) -> Cluster:
     return cluster
 
 
+def _syntax_error(error: yaml.YAMLError, what: str) -> InvalidRequest:
+    mark = getattr(error, "problem_mark", None)
+    where = f" at line {mark.line + 1}" if mark is not None else ""
+    problem = getattr(error, "problem", None) or "not valid YAML"
+    return InvalidRequest(
+        f"{what} must be valid YAML or JSON, got {problem}{where}", field=what, value=None
+    )
+
+
 def load_yaml(text: str, what: str) -> Any:
     """YAML (or JSON) text as data; syntax errors become InvalidRequest naming ``what``."""
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(error, "problem", None) or "not valid YAML"
-        raise InvalidRequest(
-            f"{what} must be valid YAML or JSON, got {problem}{where}", field=what, value=None
-        ) from None
+        raise _syntax_error(error, what) from None
+
+
+def load_yaml_documents(text: str, what: str) -> list[Any]:
+    """Every document of a multi-document YAML text (empty ones dropped), errors as above."""
+    try:
+        return [doc for doc in yaml.safe_load_all(text) if doc is not None]
+    except yaml.YAMLError as error:
+        raise _syntax_error(error, what) from None
 
 
 def load_cluster(text: str) -> Cluster:

@@ -7,7 +7,12 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
+from vslice_core.dra import DRIVER
 from vslice_core.errors import ClusterError
+from vslice_services.draplugin.claims import ClaimRef
+
+NODE = "node-a"
+REF = ClaimRef(namespace="team", uid="claim-uid-1", name="train-gpu")
 
 
 class Claims:
@@ -53,3 +58,27 @@ class Slices:
 
     def node_uid(self, name: str) -> str | None:
         return "node-uid"
+
+
+def allocated_claim(
+    ref: ClaimRef = REF, device: str = "gpu-1", node: str = NODE, **consumed: str
+) -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": ref.namespace, "name": ref.name, "uid": ref.uid},
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {
+                            "request": "main",
+                            "driver": DRIVER,
+                            "pool": node,
+                            "device": device,
+                            "consumedCapacity": consumed or {"memory": "4Gi", "cores": "25"},
+                            "shareID": "share-1",
+                        }
+                    ]
+                }
+            }
+        },
+    }

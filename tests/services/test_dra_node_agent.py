@@ -11,13 +11,14 @@ from typing import Any
 
 import grpc
 import pytest
-from dra_fakes import Claims, Slices
+from dra_fakes import Claims, Slices, allocated_claim
 from plugin_lab import GPU_A, GPU_B, NODE, Lab, make_lab
 from vslice_core import annotations as ann
 from vslice_core.dra import DRIVER
 from vslice_services.deviceplugin.api import deviceplugin_pb2 as dp
 from vslice_services.draplugin.api import dra_pb2 as pb
 from vslice_services.draplugin.api import dra_pb2_grpc as pb_grpc
+from vslice_services.draplugin.claims import ClaimRef
 
 
 def wait_until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
@@ -29,24 +30,8 @@ def wait_until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
 
 
 def claim(uid: str, device: str) -> dict[str, Any]:
-    return {
-        "metadata": {"namespace": "team-a", "name": f"c-{uid}", "uid": uid},
-        "status": {
-            "allocation": {
-                "devices": {
-                    "results": [
-                        {
-                            "request": "main",
-                            "driver": DRIVER,
-                            "pool": NODE,
-                            "device": device,
-                            "consumedCapacity": {"memory": "10Gi", "cores": "20", "slots": "1"},
-                        }
-                    ]
-                }
-            }
-        },
-    }
+    ref = ClaimRef(namespace="team-a", uid=uid, name=f"c-{uid}")
+    return allocated_claim(ref, device, NODE, memory="10Gi", cores="20", slots="1")
 
 
 @pytest.fixture

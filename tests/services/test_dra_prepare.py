@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dra_fakes import Claims, Slices
-from vslice_core.dra import DRIVER
+from dra_fakes import NODE, REF, Claims, Slices, allocated_claim
 from vslice_core.errors import ClusterError
 from vslice_core.model import Gpu, GpuGrant, NodeInventory
 from vslice_services.deviceplugin.delivery import Handover, Layout, cdi_spec, delivery
@@ -25,7 +24,6 @@ from vslice_services.draplugin.claims import ClaimError, ClaimRef, Prepared
 from vslice_services.draplugin.prepare import ClaimPreparer, claim_spec_path
 from vslice_services.draplugin.publisher import SlicePublisher
 
-NODE = "node-a"
 GPU_A = "GPU-11111111-0000-4000-8000-00000000000a"
 GPU_B = "GPU-11111111-0000-4000-8000-00000000000b"
 INVENTORY = NodeInventory(
@@ -35,29 +33,6 @@ INVENTORY = NodeInventory(
         Gpu(uuid=GPU_B, model="Tesla-T4", memory_mib=15360, slots=4, index=1),
     ],
 )
-REF = ClaimRef(namespace="team", uid="claim-uid-1", name="train-gpu")
-
-
-def allocated_claim(ref: ClaimRef = REF, device: str = "gpu-1", **consumed: str) -> dict[str, Any]:
-    return {
-        "metadata": {"namespace": ref.namespace, "name": ref.name, "uid": ref.uid},
-        "status": {
-            "allocation": {
-                "devices": {
-                    "results": [
-                        {
-                            "request": "main",
-                            "driver": DRIVER,
-                            "pool": NODE,
-                            "device": device,
-                            "consumedCapacity": consumed or {"memory": "4Gi", "cores": "25"},
-                            "shareID": "share-1",
-                        }
-                    ]
-                }
-            }
-        },
-    }
 
 
 @pytest.fixture
