@@ -1,8 +1,11 @@
-"""Pods per second through the real kube-scheduler, without and with the vslice extender.
+"""Pods per second through the real kube-scheduler: plain, with the vslice extender, and
+through kube-scheduler's own DRA allocator with vslice's ResourceSlices.
 
 For each cluster size a fresh lab is started (``vslice_lab``, the code of ``vslice lab up``)
-with N simulated nodes of 8 GPUs x 10 slots each. Every node also advertises a plain extended
-resource, ``example.com/plain-gpu: 80``, which the extender does not manage. The lab's
+with N simulated nodes of 8 GPUs x 10 slots each on the extender path and 8 more on the DRA
+path (``dra_gpus``: the lab publishes them in a ResourceSlice per node, 8 devices with
+consumable capacity). Every node also advertises a plain extended resource,
+``example.com/plain-gpu: 80``, which the extender does not manage. The lab's
 extender runs with leader election (one replica holding the Lease: a bind is one API write,
 no node lock); ``--node-locks`` measures the node-lock mode instead.
 
@@ -12,16 +15,23 @@ bound, as seen on a watch. So creation speed of this script does not count, only
 
 - plain:    pods asking ``example.com/plain-gpu: 1``, scheduled by kube-scheduler alone;
 - extender: pods asking ``nvidia.com/gpu: 1, nvidia.com/gpumem: 1024, nvidia.com/gpucores: 5``,
-            sent to the vslice extender (filter, then bind with the allocation annotation).
+            sent to the vslice extender (filter, then bind with the allocation annotation);
+- dra:      pods with a claim from one ResourceClaimTemplate asking the same slice (1 GPU,
+            ``capacity.requests: {memory: 1024Mi, cores: 5}``), allocated by kube-scheduler's
+            DRA plugin (Kubernetes 1.36). The controller manager makes each pod's claim while
+            the scheduler is paused; the clock starts once every claim exists, so the column
+            measures scheduling (allocation + bind), as the others do.
 
 Latency: with the scheduler running, L pods are created at a steady rate (``--rate``, well
 below either path's throughput) and each pod's time from its creation (the create call's
 return) to its bind (the watch event) is taken; p50 and p99 are printed for both paths.
 
-Run: ``.venv/bin/python benchmarks/scheduling.py [--sizes 1000 5000] [--pods 500]``.
+Run: ``.venv/bin/python benchmarks/scheduling.py [--sizes 100 1000] [--pods 500]``.
 The last lines read
-``scheduling nodes=<n> plain_pods_per_s=<x> extender_pods_per_s=<y> ratio=<y/x>
-plain_p50_ms=<a> plain_p99_ms=<b> extender_p50_ms=<c> extender_p99_ms=<d>``.
+``scheduling nodes=<n> plain_pods_per_s=<x> extender_pods_per_s=<y> dra_pods_per_s=<z>
+ratio=<y/x> dra_ratio=<z/x> plain_p50_ms=<a> plain_p99_ms=<b> extender_p50_ms=<c>
+extender_p99_ms=<d> dra_p50_ms=<e> dra_p99_ms=<f>`` (the DRA latency includes the controller
+manager making the pod's claim).
 """
 
 from __future__ import annotations
@@ -47,14 +57,20 @@ from kubernetes import client as k8s
 from kubernetes import watch
 from vslice_kube.client import api_client
 from vslice_lab import lab as lab_module
+from vslice_lab.dra import supported as dra_supported
 from vslice_lab.layout import Layout
+from vslice_lab.versions import KUBERNETES_VERSION
 
 PLAIN = "example.com/plain-gpu"
 GPUS_PER_NODE = 8
 SLOTS_PER_GPU = 10
 
 
-def inventory(nodes: int) -> dict[str, Any]:
+DRA_TEMPLATE = "bench-slice"
+
+
+def inventory(nodes: int, dra: bool) -> dict[str, Any]:
+    gpus = GPUS_PER_NODE * (2 if dra else 1)
     return {
         "nodes": [
             {
@@ -65,10 +81,11 @@ def inventory(nodes: int) -> dict[str, Any]:
                         "model": "NVIDIA-A100-SXM4-80GB",
                         "memory_mib": 81920,
                         "slots": SLOTS_PER_GPU,
-                        "numa": g // 4,
+                        "numa": (g % GPUS_PER_NODE) // 4,
                     }
-                    for g in range(GPUS_PER_NODE)
+                    for g in range(gpus)
                 ],
+                **({"dra_gpus": list(range(GPUS_PER_NODE, gpus))} if dra else {}),
             }
             for n in range(nodes)
         ]
@@ -76,21 +93,51 @@ def inventory(nodes: int) -> dict[str, Any]:
 
 
 def pod(name: str, limits: dict[str, str]) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "registry.invalid/sleep:1",
-                    "resources": {"limits": limits},
-                }
-            ],
-            "terminationGracePeriodSeconds": 0,
-        },
+    container: dict[str, Any] = {"name": "main", "image": "registry.invalid/sleep:1"}
+    spec: dict[str, Any] = {"containers": [container], "terminationGracePeriodSeconds": 0}
+    if limits == DRA:
+        container["resources"] = {"claims": [{"name": "gpu"}]}
+        spec["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": DRA_TEMPLATE}]
+    else:
+        container["resources"] = {"limits": limits}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+DRA: dict[str, str] = {"dra": "claim"}
+"""Marker ``limits`` of a DRA pod (its slice is in the template, not in limits)."""
+
+
+def dra_template(api: k8s.ApiClient, namespace: str) -> None:
+    """The template every DRA pod's claim is made from: the extender pods' slice."""
+    from vslice_core.dra.claims import claim_spec
+    from vslice_core.model import ContainerRequest, PodRequest
+
+    spec = claim_spec(
+        PodRequest(containers=[ContainerRequest(name="main", gpus=1, memory_mib=1024, cores=5)])
+    )
+    body: Any = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": DRA_TEMPLATE},
+        "spec": {"spec": spec},
     }
+    k8s.ResourceV1Api(api).create_namespaced_resource_claim_template(
+        namespace, body, _preload_content=False
+    )
+
+
+def wait_claims(api: k8s.ApiClient, namespace: str, count: int) -> None:
+    """Until the controller manager has made every pod's claim."""
+    resource = k8s.ResourceV1Api(api)
+    deadline = time.monotonic() + 600
+    while True:
+        listed = resource.list_namespaced_resource_claim(namespace, limit=1)
+        remaining = listed.metadata.remaining_item_count or 0
+        if len(listed.items) + remaining >= count:
+            return
+        if time.monotonic() > deadline:
+            raise SystemExit(f"only {len(listed.items) + remaining} of {count} claims in 600 s")
+        time.sleep(0.2)
 
 
 class BindWatch:
@@ -205,6 +252,8 @@ def measure(
     """Pods/s from resuming the paused scheduler to the last bind; with ``profile``, the
     extender's stacks are sampled meanwhile (py-spy, collapsed-stack text)."""
     _namespace(core, namespace)
+    if limits == DRA:
+        dra_template(core.api_client, namespace)
     binds = BindWatch(core, namespace, count)
     time.sleep(0.5)  # let the watch start
     os.kill(scheduler_pid, signal.SIGSTOP)
@@ -218,6 +267,8 @@ def measure(
                     range(count),
                 )
             )
+        if limits == DRA:
+            wait_claims(core.api_client, namespace, count)
     finally:
         sampler = _sampler(profile, (processes or {}).get("vslice-scheduler"))
         meter = CpuMeter(processes or {})
@@ -239,6 +290,8 @@ def latencies(
 ) -> tuple[float, float]:
     """p50 and p99 (ms) from a pod's creation to its bind, pods created at ``rate`` per s."""
     _namespace(core, namespace)
+    if limits == DRA:
+        dra_template(core.api_client, namespace)
     binds = BindWatch(core, namespace, count)
     time.sleep(0.5)
     created: dict[str, float] = {}
@@ -291,6 +344,8 @@ class Result:
     plain_latency: tuple[float, float]
     extender: float | None = None
     extender_latency: tuple[float, float] | None = None
+    dra: float | None = None
+    dra_latency: tuple[float, float] | None = None
 
 
 def run_size(
@@ -303,7 +358,8 @@ def run_size(
 ) -> Result:
     with tempfile.TemporaryDirectory(prefix="vslice-bench-") as tmp:
         inv = Path(tmp) / "inventory.yaml"
-        inv.write_text(yaml.safe_dump(inventory(nodes)))
+        with_dra = dra_supported(KUBERNETES_VERSION)
+        inv.write_text(yaml.safe_dump(inventory(nodes, with_dra)))
         services = all(lab_module.services_installed().values())
         options = lab_module.LabOptions(
             state_dir=Path(tmp) / "lab",
@@ -330,6 +386,14 @@ def run_size(
                 flush=True,
             )
             result = Result(plain, plain_latency)
+            if with_dra:
+                result.dra = measure(core, scheduler, "bench-dra", DRA, pods, processes)
+                result.dra_latency = latencies(core, "lat-dra", DRA, latency_pods, rate)
+                print(
+                    f"  dra:      {result.dra:8.1f} pods/s, p50 {result.dra_latency[0]:.0f} ms, "
+                    f"p99 {result.dra_latency[1]:.0f} ms",
+                    flush=True,
+                )
             if not services:
                 return result
             gpu = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1024", "nvidia.com/gpucores": "5"}
@@ -348,9 +412,17 @@ def run_size(
             lab_module.down(options.state_dir)
 
 
+def _number(value: float | None, digits: int) -> str:
+    return "nan" if value is None else f"{value:.{digits}f}"
+
+
+def _shown(value: float | None, width: int, digits: int = 1) -> str:
+    return f"{'n/a':>{width}}" if value is None else f"{value:{width}.{digits}f}"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 5000])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1000])
     parser.add_argument("--pods", type=int, default=500, help="pods per throughput measurement")
     parser.add_argument("--latency-pods", type=int, default=200, help="pods per latency run")
     parser.add_argument("--rate", type=float, default=20.0, help="latency run: pods created/s")
@@ -371,20 +443,28 @@ def main() -> int:
         results[size] = run_size(
             size, args.pods, args.latency_pods, args.rate, args.node_locks, profile
         )
-    print(f"\n{'nodes':>6} {'plain pods/s':>13} {'extender pods/s':>16} {'ratio':>6}")
+    print(
+        f"\n{'nodes':>6} {'plain pods/s':>13} {'extender pods/s':>16} {'dra pods/s':>11} "
+        f"{'ratio':>6} {'dra ratio':>9}"
+    )
     for size, r in results.items():
-        ext = f"{r.extender:16.1f}" if r.extender is not None else f"{'n/a':>16}"
-        ratio = f"{r.extender / r.plain:6.2f}" if r.extender is not None else f"{'n/a':>6}"
-        print(f"{size:>6} {r.plain:13.1f} {ext} {ratio}")
+        print(
+            f"{size:>6} {r.plain:13.1f} {_shown(r.extender, 16)} {_shown(r.dra, 11)} "
+            f"{_shown(r.extender and r.extender / r.plain, 6, 2)} "
+            f"{_shown(r.dra and r.dra / r.plain, 9, 2)}"
+        )
     for size, r in results.items():
-        ext = f"{r.extender:.1f}" if r.extender is not None else "nan"
-        ratio = f"{r.extender / r.plain:.3f}" if r.extender is not None else "nan"
-        e50, e99 = r.extender_latency or (float("nan"), float("nan"))
+        nan = (float("nan"), float("nan"))
+        e50, e99 = r.extender_latency or nan
+        d50, d99 = r.dra_latency or nan
         print(
             f"scheduling nodes={size} plain_pods_per_s={r.plain:.1f} "
-            f"extender_pods_per_s={ext} ratio={ratio} "
+            f"extender_pods_per_s={_number(r.extender, 1)} dra_pods_per_s={_number(r.dra, 1)} "
+            f"ratio={_number(r.extender and r.extender / r.plain, 3)} "
+            f"dra_ratio={_number(r.dra and r.dra / r.plain, 3)} "
             f"plain_p50_ms={r.plain_latency[0]:.0f} plain_p99_ms={r.plain_latency[1]:.0f} "
-            f"extender_p50_ms={e50:.0f} extender_p99_ms={e99:.0f}"
+            f"extender_p50_ms={e50:.0f} extender_p99_ms={e99:.0f} "
+            f"dra_p50_ms={d50:.0f} dra_p99_ms={d99:.0f}"
         )
     return 0
 

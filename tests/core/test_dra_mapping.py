@@ -66,7 +66,13 @@ def test_same_devices_reads_canonical_quantities_and_sees_changes() -> None:
 def test_device_class_selects_healthy_uncordoned_vslice_devices() -> None:
     expression = device_class()["spec"]["selectors"][0]["cel"]["expression"]
     assert f'device.driver == "{DRIVER}"' in expression
-    assert ".healthy" in expression and "!device.attributes" in expression
+    assert expression.endswith('device.attributes["gpu.vslice.io"].allocatable')
+    attributes = device(T4)["attributes"]
+    assert attributes["allocatable"] == {"bool": False} and attributes["healthy"] == {"bool": False}
+    assert device(A100.model_copy(update={"cordoned": True}))["attributes"]["allocatable"] == {
+        "bool": False
+    }
+    assert device(A100)["attributes"]["allocatable"] == {"bool": True}
 
 
 def pod(*containers: ContainerRequest, **fields: Any) -> PodRequest:

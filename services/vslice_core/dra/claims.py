@@ -31,7 +31,7 @@ from vslice_core.errors import InvalidRequest
 from vslice_core.model import ContainerRequest, PodRequest
 from vslice_core.quantities import parse_quantity
 
-ATTRIBUTES = ("model", "uuid", "index", "numaNode", "healthy", "cordoned")
+ATTRIBUTES = ("model", "uuid", "index", "numaNode", "healthy", "cordoned", "allocatable")
 CLAIM_NAME = "vslice-gpu"
 """The pod's claim entry (``spec.resourceClaims[].name``) its GPU containers reference, in
 pods the webhook converts and pods the SDK makes."""

@@ -10,9 +10,9 @@ so kube-scheduler's own allocator enforces them without vslice in the scheduling
 - ``cores`` (percent of SMs, 0..100, default 0 = no promise, as on the device-plugin path);
 - ``slots``: the GPU's slice limit; every claim consumes exactly one (the only valid value).
 
-Attributes: ``model``, ``uuid``, ``index``, ``numaNode``, ``healthy``, ``cordoned``; the
-DeviceClass selects healthy, uncordoned devices, so an unhealthy GPU stays visible (``vslice
-top`` shows it) but takes no new claim.
+Attributes: ``model``, ``uuid``, ``index``, ``numaNode``, ``healthy``, ``cordoned`` and
+``allocatable`` (healthy and not cordoned); the DeviceClass selects allocatable devices, so
+an unhealthy GPU stays visible (``vslice top`` shows it) but takes no new claim.
 """
 
 from __future__ import annotations
@@ -49,6 +49,9 @@ def device(gpu: Gpu) -> dict[str, Any]:
             "numaNode": {"int": gpu.numa},
             "healthy": {"bool": gpu.healthy},
             "cordoned": {"bool": gpu.cordoned},
+            # What the DeviceClass tests: one attribute, not two (each CEL term is evaluated
+            # for every device of every node a pod is tried on; benchmarks/scheduling.py).
+            "allocatable": {"bool": gpu.healthy and not gpu.cordoned},
         },
         "capacity": {
             MEMORY: {
@@ -145,11 +148,8 @@ def _numbers(value: object) -> object:
     return value
 
 
-SELECTOR = (
-    f'device.driver == "{DRIVER}" && '
-    f'device.attributes["{DRIVER}"].healthy && '
-    f'!device.attributes["{DRIVER}"].cordoned'
-)
+SELECTOR = f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].allocatable'
+"""The DeviceClass' CEL: vslice's devices that are healthy and not cordoned."""
 
 
 def device_class() -> dict[str, Any]:
