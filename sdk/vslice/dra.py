@@ -246,15 +246,18 @@ def split_documents(
         )
     workload = workloads[0]
     meta = workload.get("metadata") if isinstance(workload, Mapping) else None
-    default_ns = str((meta or {}).get("namespace") or "default")
+    workload_ns = (meta or {}).get("namespace")
     extra: dict[tuple[str, str, str], Mapping[str, Any]] = {}
     for document in documents:
         if document is workload:
             continue
         found_meta = document.get("metadata")
         found_meta = found_meta if isinstance(found_meta, Mapping) else {}
-        namespace = str(found_meta.get("namespace") or default_ns)
-        body = {**document, "metadata": {**found_meta, "namespace": namespace}}
+        given = found_meta.get("namespace") or workload_ns
+        namespace = str(given or "default")
+        # Without a namespace on either, the document keeps none: the caller (a client with
+        # its own namespace) puts it where it puts the workload.
+        body = {**document, "metadata": {**found_meta, **({"namespace": given} if given else {})}}
         extra[(str(document["kind"]), namespace, str(found_meta.get("name")))] = body
     return workload, extra
 

@@ -497,6 +497,9 @@ def monitor_settings(name: str, layout: NodeLayout, admin: Path, port: int) -> d
         "kubeconfig": str(admin),
         "listen": f"{HOST}:{port}",
         "cache_root": str(layout.cache_root),
+        "dra_checkpoint": str(
+            layout.kubelet_root / "plugins" / "gpu.vslice.io" / "checkpoint.json"
+        ),
     }
 
 

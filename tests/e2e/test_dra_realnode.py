@@ -10,10 +10,14 @@ node without sharing a GPU.
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
 import time
 from typing import Any
 
 import pytest
+import vslice
 from kubernetes import client as k8s
 from realnode_pods import RealNode, finished, parse_smoke, running
 from vslice_core.dra import DEVICE_CLASS, DRIVER
@@ -164,6 +168,71 @@ def test_a_claim_larger_than_any_gpu_waits_with_the_schedulers_reason(
     message = next(c["message"] for c in pod["status"]["conditions"] if c["type"] == "PodScheduled")
     assert "cannot allocate all claims" in message, message
     assert not pod["spec"].get("nodeName")
+    # The scheduler says only that; vslice says why, with the numbers of the DRA path's GPUs.
+    top = vslice_cli(real_node, "top")
+    assert top.returncode == 0, top.stderr
+    line = next((x for x in top.stdout.splitlines() if f"{namespace}/huge" in x), "")
+    assert "asks 500 GiB per GPU" in line and "22.4 GiB" in line, top.stdout
+    claim_doc = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "huge-plan"},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "main",
+                            "exactly": {
+                                "deviceClassName": DEVICE_CLASS,
+                                "count": 1,
+                                "capacity": {"requests": {"memory": "500Gi"}},
+                            },
+                        }
+                    ]
+                }
+            }
+        },
+    }
+    pod_doc = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "huge-plan"},
+        "spec": {
+            "resourceClaims": [{"name": CLAIM, "resourceClaimTemplateName": "huge-plan"}],
+            "containers": [
+                {"name": "main", "image": SMOKE_IMAGE, "resources": {"claims": [{"name": CLAIM}]}}
+            ],
+        },
+    }
+    client = vslice.Client(kubeconfig=str(real_node.lab.kubeconfig), namespace=namespace)
+    plan = client.plan(json.dumps(claim_doc) + "\n---\n" + json.dumps(pod_doc))
+    assert not plan.fits and plan.path == "dra"
+    assert "22.4 GiB" in plan.why_not() and "500 GiB" in plan.why_not(), plan.why_not()
+
+
+def vslice_cli(node: RealNode, command: str, *args: str) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "vslice.cli", command, "--kubeconfig", str(node.lab.kubeconfig)]
+    return subprocess.run([*argv, *args], capture_output=True, text=True, timeout=120)
+
+
+def test_the_monitor_names_a_claims_region_after_its_pod(
+    real_node: RealNode, namespace: str
+) -> None:
+    template(real_node, namespace, "three-gib", memory="3Gi")
+    claim_pod(
+        real_node, namespace, "holder", "three-gib", ["hold", "--memory", "2g", "--seconds", "30"]
+    )
+    real_node.wait_running(namespace, "holder")
+    pattern = re.compile(
+        r'^vslice_container_gpu_memory_limit_bytes\{[^}]*pod="holder"[^}]*\} (\S+)$', re.M
+    )
+    deadline = time.monotonic() + 40
+    while (found := pattern.search(real_node.metrics())) is None:
+        assert time.monotonic() < deadline, real_node.metrics()
+        time.sleep(1)
+    assert float(found.group(1)) == 3 * 1024**3
+    real_node.wait_finished(namespace, "holder")
 
 
 def test_deleting_the_pod_unprepares_the_claim_and_frees_the_capacity(

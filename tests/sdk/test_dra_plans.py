@@ -449,3 +449,16 @@ def test_an_unbound_dra_pod_has_no_allocation_yet() -> None:
     assert workload.allocation is None
     with pytest.raises(Timeout, match="is not scheduled after 0s"):
         workload.wait(0, until="scheduled")
+
+
+def test_documents_without_a_namespace_keep_none_for_the_client_to_place() -> None:
+    from vslice import dra as sdk_dra
+
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {}}
+    tmpl = {"kind": "ResourceClaimTemplate", "metadata": {"name": "t"}, "spec": {}}
+    _, found = sdk_dra.split_documents([tmpl, pod], "manifest")
+    assert list(found) == [("ResourceClaimTemplate", "default", "t")]
+    assert "namespace" not in found[("ResourceClaimTemplate", "default", "t")]["metadata"]
+    pod["metadata"]["namespace"] = "team"
+    _, found = sdk_dra.split_documents([tmpl, pod], "manifest")
+    assert found[("ResourceClaimTemplate", "team", "t")]["metadata"]["namespace"] == "team"

@@ -61,6 +61,20 @@ class PreparedClaim:
         )
 
 
+def prepared_claims(path: Path) -> dict[str, tuple[str, str]]:
+    """Claim UID -> (namespace, claim name) of the claims a checkpoint holds, for a reader in
+    another process (the monitor names DRA regions with it). Read only: a missing or
+    unreadable file is no claims (the plugin, its only writer, deals with it)."""
+    try:
+        data = json.loads(path.read_text())
+        return {
+            str(uid): (str(claim["namespace"]), str(claim["name"]))
+            for uid, claim in dict(data["claims"]).items()
+        }
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
+
+
 class Checkpoint:
     """Prepared claims by UID; thread-safe, written through on every change."""
 

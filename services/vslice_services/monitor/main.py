@@ -9,6 +9,7 @@ from pathlib import Path
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from vslice_services.deviceplugin.nodeapi import ConnectingNodeApi, NodeApi
+from vslice_services.draplugin.checkpoint import prepared_claims
 from vslice_services.httpserve import HttpService, Response, configure_logging, run_until_signal
 from vslice_services.monitor.collector import ContainerCollector
 from vslice_services.monitor.nodegpus import NodeGpuCollector, start_nvml
@@ -61,8 +62,12 @@ def serve(config_path: str | None) -> int:
     pod_names: Callable[[Collection[str]], Mapping[str, tuple[str, str]]] = no_names
     cleanups: list[Callable[[], None]] = []
     if settings.pod_names:
+        checkpoint = Path(settings.dra_checkpoint)
         names = PodNames(
-            connect_api(settings), settings.node_name, settings.pod_names_every_seconds
+            connect_api(settings),
+            settings.node_name,
+            settings.pod_names_every_seconds,
+            claims=lambda: prepared_claims(checkpoint),
         )
         names.start()
         pod_names = names

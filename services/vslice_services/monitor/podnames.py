@@ -1,8 +1,9 @@
 """Pod uid -> (namespace, name) for metric labels, refreshed from the API server.
 
-Best effort by design: the region paths carry only the pod uid, names make the metrics
-readable. Without API access the monitor still exports everything, with empty names, and
-logs the reason once per distinct failure.
+Best effort by design: the region paths carry only the pod uid (on the DRA path the claim
+uid: the DRA driver's checkpoint names the claim, and the pods' ``resourceClaimStatuses`` the
+pod that uses it), names make the metrics readable. Without API access the monitor still
+exports everything, with empty names, and logs the reason once per distinct failure.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any
 
 from vslice_core.errors import ClusterError
 
@@ -27,8 +29,10 @@ class PodNames:
         node: str,
         every_s: float,
         clock: Callable[[], float] = time.monotonic,
+        claims: Callable[[], Mapping[str, tuple[str, str]]] = dict,
     ) -> None:
         self._clock = clock
+        self.claims = claims
         self.api = api
         self.node = node
         self.every_s = every_s
@@ -64,6 +68,7 @@ class PodNames:
                 str(meta.get("namespace", "")),
                 str(meta.get("name", "")),
             )
+        names.update(claim_names(self.claims(), pods))
         self._names = names  # replaced whole: readers never see a half-built map
 
     def start(self) -> None:
@@ -77,3 +82,22 @@ class PodNames:
         while not self._stop.is_set():
             self.refresh()
             self._stop.wait(self.every_s)
+
+
+def claim_names(
+    claims: Mapping[str, tuple[str, str]], pods: Sequence[Mapping[str, Any]]
+) -> dict[str, tuple[str, str]]:
+    """Claim uid -> (namespace, pod name) for the prepared claims (the claim's own name when
+    no pod on the node lists it yet)."""
+    users: dict[tuple[str, str], str] = {}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        namespace = str(meta.get("namespace", ""))
+        for entry in (pod.get("status") or {}).get("resourceClaimStatuses") or []:
+            claim = entry.get("resourceClaimName") if isinstance(entry, Mapping) else None
+            if claim:
+                users.setdefault((namespace, str(claim)), str(meta.get("name", "")))
+    return {
+        uid: (namespace, users.get((namespace, name), name))
+        for uid, (namespace, name) in claims.items()
+    }

@@ -28,3 +28,9 @@ class MonitorSettings(NodeServiceSettings):
     pod_names_every_seconds: float = Field(
         default=30.0, gt=0, description="How often pod names are refreshed from the API server."
     )
+    dra_checkpoint: str = Field(
+        default="/var/lib/kubelet/plugins/gpu.vslice.io/checkpoint.json",
+        description="The DRA driver's record of prepared claims: regions of the DRA path are "
+        "named by claim UID, and this file (read only) with the pods' resourceClaimStatuses "
+        "gives them the pod's name. A missing file means no DRA claims on this node.",
+    )

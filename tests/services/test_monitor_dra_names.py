@@ -1,0 +1,48 @@
+"""The monitor's names for DRA regions: a region directory is named by claim UID, the DRA
+driver's checkpoint names the claim, and the pod's ``resourceClaimStatuses`` the pod."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from vslice_core.model import GpuGrant
+from vslice_services.deviceplugin.nodeapi import MemoryNodeApi
+from vslice_services.draplugin.checkpoint import Checkpoint, PreparedClaim, prepared_claims
+from vslice_services.monitor.podnames import PodNames
+
+NODE = "node-a"
+
+
+def test_a_claims_region_is_named_after_the_pod_using_the_claim(tmp_path: Path) -> None:
+    path = tmp_path / "checkpoint.json"
+    grant = GpuGrant(uuid="GPU-1", index=0, memory_mib=1024, cores=10)
+    checkpoint = Checkpoint(path)
+    checkpoint.put("claim-uid", PreparedClaim("team", "train-gpu-x7k2p", {"main": [grant]}, "s"))
+    checkpoint.put("lonely-uid", PreparedClaim("team", "lonely", {"main": [grant]}, "s"))
+    api = MemoryNodeApi()
+    api.put_node(NODE)
+    api.put_pod(
+        {
+            "metadata": {"namespace": "team", "name": "train", "uid": "pod-uid"},
+            "spec": {"nodeName": NODE},
+            "status": {
+                "resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "train-gpu-x7k2p"}]
+            },
+        }
+    )
+    names = PodNames(api, NODE, 30, claims=lambda: prepared_claims(path))
+    found = names(["claim-uid"])
+    assert found["claim-uid"] == ("team", "train")
+    assert found["pod-uid"] == ("team", "train")
+    assert found["lonely-uid"] == ("team", "lonely")  # no pod lists it yet: the claim's name
+
+
+def test_an_unreadable_checkpoint_gives_no_claims_and_is_left_alone(tmp_path: Path) -> None:
+    path = tmp_path / "checkpoint.json"
+    assert prepared_claims(path) == {}
+    path.write_text("{broken")
+    assert prepared_claims(path) == {}
+    assert path.read_text() == "{broken"  # the plugin, not the monitor, deals with it
+    path.write_text(json.dumps({"version": 1, "claims": {"u": {"namespace": "n", "name": "c"}}}))
+    assert prepared_claims(path) == {"u": ("n", "c")}
