@@ -84,7 +84,9 @@ def kubelet_module() -> Path | None:
 def upstream() -> Path:
     module = kubelet_module()
     if module is None:
-        pytest.skip(
+        # A failure, not a skip: without the upstream files the wire check would silently
+        # not run, and a drifted field number would reach the kubelet.
+        pytest.fail(
             f"Go module {KUBELET_MODULE} is not in the module cache; "
             "bash .ci/setup downloads it (.ci/setup.d/35-dra-proto.sh)"
         )
