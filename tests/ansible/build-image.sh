@@ -6,13 +6,25 @@
 # cached as a tarball under ~/.cache/vslice/images/, so a warm run only imports it (or does
 # nothing when podman already has the image). Bump IMAGE_VERSION when the package list changes.
 #
-# Environment: VSLICE_DEBIAN_MIRROR (default http://deb.debian.org/debian),
+# Environment: VSLICE_DEBIAN_MIRROR (default: the first Debian URI of this host's own apt sources),
 #              VSLICE_CACHE (default ~/.cache/vslice). Prints the image reference on stdout.
 set -euo pipefail
 
 IMAGE_VERSION=1
 IMAGE="localhost/vslice-molecule-debian12:${IMAGE_VERSION}"
-MIRROR="${VSLICE_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+host_mirror() {
+  # The mirror this host's apt already uses (deb822 or one-line format), never one of our own.
+  { grep -hoE '^[[:space:]]*URIs:[[:space:]]*[^[:space:]]+' /etc/apt/sources.list.d/*.sources 2>/dev/null \
+      | awk '{print $2}'
+    grep -hoE '^[[:space:]]*deb[[:space:]]+(\[[^]]*\][[:space:]]+)?[^[:space:]]+' /etc/apt/sources.list 2>/dev/null \
+      | awk '{print $NF}'
+  } | grep -v security | head -1
+}
+MIRROR="${VSLICE_DEBIAN_MIRROR:-$(host_mirror)}"
+if [ -z "$MIRROR" ]; then
+  echo "build-image: no Debian mirror in this host's apt sources; set VSLICE_DEBIAN_MIRROR" >&2
+  exit 1
+fi
 CACHE="${VSLICE_CACHE:-$HOME/.cache/vslice}/images"
 TARBALL="$CACHE/debian12-systemd-${IMAGE_VERSION}.tar"
 PACKAGES="systemd,systemd-sysv,dbus,python3,ca-certificates"

@@ -118,6 +118,12 @@ def node_files(tmp_path: Path) -> dict[str, object]:
 
 GOOD_CONTROL_PLANE: dict[str, object] = {"vslice_control_plane_apply_manifests": False}
 
+# A mirror of NVIDIA's toolkit repository, as a site would give it.
+TOOLKIT_REPO = {
+    "nvidia_container_toolkit_repo_url": "https://mirror.example/libnvidia-container/stable",
+    "nvidia_container_toolkit_repo_key_url": "https://mirror.example/libnvidia-container/gpgkey",
+}
+
 BAD_INPUT = [
     ("vslice_node", {"vslice_node_backend": "gpu"}, "vslice_node_backend"),
     ("vslice_node", {"vslice_node_health_timeout": "soon"}, "vslice_node_health_timeout"),
@@ -176,6 +182,13 @@ BAD_INPUT = [
         {"nvidia_container_toolkit_version": "latest"},
         "nvidia_container_toolkit_version",
     ),
+    # The role names no repository host: with nvidia_repo the site gives NVIDIA's URLs.
+    ("nvidia_container_toolkit", {}, "nvidia_container_toolkit_repo_url"),
+    (
+        "nvidia_driver",
+        {"nvidia_driver_source": "distro", "nvidia_driver_debian_mirror": "not a url"},
+        "nvidia_driver_debian_mirror",
+    ),
     ("vslice_uninstall", {"vslice_uninstall_shim_dir": "/usr/local"}, "vslice_uninstall_shim_dir"),
     (
         "vslice_uninstall",
@@ -208,7 +221,7 @@ def test_a_bad_variable_fails_before_any_change_with_a_message_naming_it(
         ("vslice_node", {}),
         ("vslice_control_plane", GOOD_CONTROL_PLANE),
         ("nvidia_driver", {}),
-        ("nvidia_container_toolkit", {}),
+        ("nvidia_container_toolkit", TOOLKIT_REPO),
         ("vslice_uninstall", {}),
     ],
 )
