@@ -18,7 +18,7 @@ host_mirror() {
       | awk '{print $2}'
     grep -hoE '^[[:space:]]*deb[[:space:]]+(\[[^]]*\][[:space:]]+)?[^[:space:]]+' /etc/apt/sources.list 2>/dev/null \
       | awk '{print $NF}'
-  } | grep -v security | head -1
+  } | grep -v security | head -1 || true
 }
 MIRROR="${VSLICE_DEBIAN_MIRROR:-$(host_mirror)}"
 if [ -z "$MIRROR" ]; then
