@@ -26,6 +26,8 @@ def _spec_options(role: str) -> dict[str, dict[str, object]]:
 
 def test_every_role_has_the_standard_layout() -> None:
     assert ROLE_NAMES == [
+        "container_runtime",
+        "kubernetes",
         "nvidia_container_toolkit",
         "nvidia_driver",
         "vslice_control_plane",
@@ -196,6 +198,34 @@ BAD_INPUT = [
         "vslice_uninstall_nvidia_runtime",
     ),
     ("vslice_uninstall", {"vslice_uninstall_timeout": 0}, "vslice_uninstall_timeout"),
+    ("container_runtime", {"container_runtime_source": "ppa"}, "container_runtime_source"),
+    ("container_runtime", {"container_runtime_source": "bundle"}, "vslice_bundle"),
+    (
+        "container_runtime",
+        {"vslice_bundle": "/nowhere/bundle"},
+        "debs/Packages.gz",
+    ),
+    (
+        "container_runtime",
+        {"container_runtime_source": "distro", "container_runtime_snapshotter": "over lay"},
+        "container_runtime_snapshotter",
+    ),
+    ("kubernetes", {"kubernetes_source": "bundle"}, "vslice_bundle"),
+    (
+        "kubernetes",
+        {"kubernetes_source": "distro", "kubernetes_pod_subnet": "10.244.0.0"},
+        "kubernetes_pod_subnet",
+    ),
+    (
+        "kubernetes",
+        {"kubernetes_source": "distro", "kubernetes_service_subnet": "10.244.128.0/20"},
+        "kubernetes_service_subnet",
+    ),
+    (
+        "kubernetes",
+        {"kubernetes_source": "distro", "kubernetes_token_ttl": "forever"},
+        "kubernetes_token_ttl",
+    ),
 ]
 
 
@@ -232,8 +262,114 @@ def test_valid_variables_pass_the_preflight(
     assert status == 0, output[-3000:]
 
 
+def _cluster_preflight(
+    tmp_path: Path, groups: dict[str, list[str]], variables: dict[str, object]
+) -> tuple[int, str]:
+    """The kubernetes role's preflight over an inventory of local hosts in the given groups."""
+    hosts = {host for members in groups.values() for host in members}
+    inventory = {
+        "all": {
+            "hosts": {
+                host: {
+                    "ansible_connection": "local",
+                    "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+                }
+                for host in sorted(hosts)
+            },
+            "children": {
+                group: {"hosts": {host: None for host in members}}
+                for group, members in groups.items()
+            },
+        }
+    }
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
+    playbook = tmp_path / "cluster.yml"
+    playbook.write_text(
+        yaml.safe_dump([{"name": "Preflight", "hosts": "all", "roles": ["kubernetes"]}])
+    )
+    extra = tmp_path / "vars.json"
+    extra.write_text(json.dumps({"kubernetes_source": "distro", **variables}))
+    result = run(
+        tool("ansible-playbook"),
+        "--check",
+        "--tags",
+        "preflight",
+        "-i",
+        str(tmp_path / "hosts.yml"),
+        "-e",
+        f"@{extra}",
+        str(playbook),
+        timeout=300,
+    )
+    return result.returncode, result.stdout + result.stderr
+
+
+BAD_CLUSTERS = [
+    ({"vslice_control_plane": ["cp"]}, {}, "vslice_gpu_nodes"),
+    ({"vslice_gpu_nodes": ["gpu"]}, {}, "vslice_control_plane"),
+    (
+        {"vslice_control_plane": ["cp"], "vslice_gpu_nodes": ["cp"]},
+        {},
+        "kubernetes_control_plane_schedulable",
+    ),
+    (
+        {"vslice_control_plane": ["cp", "cp2"], "vslice_gpu_nodes": ["gpu"]},
+        {},
+        "cp, cp2",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("groups", "variables", "named"),
+    BAD_CLUSTERS,
+    ids=["no-gpu-nodes", "no-control-plane", "control-plane-is-gpu-node", "two-control-planes"],
+)
+def test_a_cluster_inventory_kubeadm_cannot_build_fails_in_preflight(
+    tmp_path: Path, groups: dict[str, list[str]], variables: dict[str, object], named: str
+) -> None:
+    status, output = _cluster_preflight(tmp_path, groups, variables)
+    assert status != 0, output[-3000:]
+    failure = output[output.find("fatal:") :] if "fatal:" in output else output
+    assert named in failure, output[-3000:]
+
+
+def test_a_schedulable_control_plane_may_be_the_gpu_node(tmp_path: Path) -> None:
+    groups = {"vslice_control_plane": ["cp"], "vslice_gpu_nodes": ["cp"]}
+    variables = {"kubernetes_control_plane_schedulable": True, "kubernetes_fail_swap_on": False}
+    status, output = _cluster_preflight(tmp_path, groups, variables)
+    assert status == 0, output[-3000:]
+
+
+def test_the_container_runtime_preflight_accepts_a_complete_bundle(tmp_path: Path) -> None:
+    bundle = tmp_path / "bundle"
+    for name in ("bin/containerd", "bin/containerd-shim-runc-v2", "bin/ctr", "debs/Packages.gz"):
+        (bundle / name).parent.mkdir(parents=True, exist_ok=True)
+        (bundle / name).write_bytes(b"")
+    manifest = {
+        "components": {"containerd": "v2.4.2"},
+        "images": {"pause": {"file": "images/pause.tar", "name": "vslice.local/pause:1"}},
+    }
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    status, output = _preflight(tmp_path, "container_runtime", {"vslice_bundle": str(bundle)})
+    assert status == 0, output[-3000:]
+    status, output = _preflight(
+        tmp_path,
+        "container_runtime",
+        {"vslice_bundle": str(bundle), "container_runtime_images": ["smoke"]},
+    )
+    assert status != 0 and "container_runtime_images" in output, output[-3000:]
+
+
 def test_the_playbooks_pass_the_syntax_check_with_the_example_inventory() -> None:
-    for playbook in ("site.yml", "node.yml", "control_plane.yml", "verify.yml", "uninstall.yml"):
+    for playbook in (
+        "site.yml",
+        "kubernetes.yml",
+        "node.yml",
+        "control_plane.yml",
+        "verify.yml",
+        "uninstall.yml",
+    ):
         result = run(
             tool("ansible-playbook"),
             "--syntax-check",
