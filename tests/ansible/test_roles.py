@@ -191,6 +191,7 @@ BAD_INPUT = [
         {"nvidia_driver_source": "distro", "nvidia_driver_debian_mirror": "not a url"},
         "nvidia_driver_debian_mirror",
     ),
+    ("nvidia_driver", {"nvidia_driver_source": "cuda_repo"}, "nvidia_driver_cuda_repo_base"),
     ("vslice_uninstall", {"vslice_uninstall_shim_dir": "/usr/local"}, "vslice_uninstall_shim_dir"),
     (
         "vslice_uninstall",
