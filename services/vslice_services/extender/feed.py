@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,12 +93,13 @@ class NodeFeed:
             return {node: dict(gpus) for node, gpus in sorted(self._refused.items()) if gpus}
 
     def replace(self, items: list[dict[str, Any]]) -> None:
-        present = set()
-        for node in items:
-            present.add(str(_metadata(node).get("name", "")))
-            self._apply(node)
-        for name in set(self._ledger.node_names()) - present:
-            self._forget(name)
+        with self._ledger.bulk():  # a full list: rank the nodes once, at the end
+            present = set()
+            for node in items:
+                present.add(str(_metadata(node).get("name", "")))
+                self._apply(node)
+            for name in set(self._ledger.node_names()) - present:
+                self._forget(name)
 
     def apply(self, event: str, obj: dict[str, Any]) -> None:
         if event == "DELETED":
@@ -272,15 +273,23 @@ class PodFeed:
     def replace(self, items: list[dict[str, Any]]) -> None:
         present = {str(_metadata(pod).get("uid", "")) for pod in items}
         self._known = present
-        for pod in items:
-            self._apply(pod)
-        for uid in set(self._ledger.pod_uids()) - present:
-            if uid not in self._holds:
-                self._ledger.release(uid)
-        for blocks in self._ledger.blocked_nodes().values():
-            for uid in set(blocks) - present:
-                self._gone(uid)
+        with self._ledger.bulk():  # every bound pod: rank the nodes once, at the end
+            for pod in items:
+                self._apply(pod)
+            for uid in set(self._ledger.pod_uids()) - present:
+                if uid not in self._holds:
+                    self._ledger.release(uid)
+            for blocks in self._ledger.blocked_nodes().values():
+                for uid in set(blocks) - present:
+                    self._gone(uid)
         self._reports.overbooked(self._ledger.overbooked())
+
+    def catch_up(self, items: Iterable[dict[str, Any]]) -> None:
+        """Feed a re-read of pods (a new leader term's list of every bound pod) exactly as
+        their watch events would be fed, ranking the nodes once at the end."""
+        with self._ledger.bulk():
+            for pod in items:
+                self.apply("MODIFIED", pod)
 
     def apply(self, event: str, obj: dict[str, Any]) -> None:
         if event == "DELETED":

@@ -15,6 +15,7 @@ extender never decides on a half-loaded ledger.
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 from collections.abc import Callable
@@ -218,8 +219,7 @@ def _leadership(
 
     def catch_up_all() -> None:
         # Recorded exactly as the pod watch would (proofs checked, unreadable values block).
-        for pod in list_bound_pods(api):
-            pods.apply("MODIFIED", pod)
+        pods.catch_up(list_bound_pods(api))
 
     gate = LeaderGate(lease, catch_up_all, settings.identity)
 
@@ -236,6 +236,28 @@ def _prepare(gate: LeaderGate) -> None:
         gate.prepare()
     except Exception:  # the term's first bind catches up instead
         log.exception("catch-up after winning the lease failed")
+
+
+def _freeze_when_loaded(watches: list[ListWatch]) -> threading.Thread:
+    """Once every watch has listed, move what the process holds out of the GC's generations.
+
+    The loaded ledger is hundreds of thousands of long-lived objects that every full
+    collection would walk again (passes of 440-520 ms were seen at 20,000 nodes, pausing every
+    answer). ``gc.freeze`` puts them in the permanent generation: later passes look only at
+    what was allocated after the load, and a frozen object is still freed by its reference
+    count when the ledger lets it go. Collected first, so no garbage cycle is frozen with them.
+    """
+
+    def run() -> None:
+        for watch in watches:
+            watch.wait_synced()
+        gc.collect()
+        gc.freeze()
+        log.info("start-up state frozen", extra={"frozen_objects": gc.get_freeze_count()})
+
+    thread = threading.Thread(target=run, name="gc-freeze", daemon=True)
+    thread.start()
+    return thread
 
 
 def serve(config_path: str | None = None) -> int:
@@ -296,6 +318,7 @@ def serve(config_path: str | None = None) -> int:
     )
     for watch in watches:
         watch.start()
+    _freeze_when_loaded(watches)
     if lease is not None:
         lease.start()
     stop_sweeping = threading.Event()
