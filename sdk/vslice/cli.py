@@ -21,6 +21,7 @@ from collections.abc import Sequence
 # name -> (module, one-line help). Keep sorted by name.
 COMMANDS: dict[str, tuple[str, str]] = {
     "allocations": ("vslice.commands.allocations", "list who holds which GPU slice"),
+    "bundle": ("vslice.commands.bundle", "build or check the offline bundle hosts are set up from"),
     "delete": ("vslice.commands.delete", "give a slice back: delete a pod or Job by name"),
     "lab": ("vslice.commands.lab", "run a local lab: real control plane, simulated GPU nodes"),
     "plan": ("vslice.commands.plan", "what-if placement: would this pod fit, where, and why not"),

@@ -49,6 +49,8 @@ KUBE_COMPONENTS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager"
 ALL_BINARIES = ("etcd", *KUBE_COMPONENTS, "kwok")
 CONTAINERD_BINARIES = ("containerd", "containerd-shim-runc-v2", "ctr")
 NODE_BINARIES = ("kubelet", *CONTAINERD_BINARIES)
+# What the offline bundle adds for hosts that run kubeadm (the lab itself needs neither).
+TOOL_BINARIES = ("kubeadm", "kubectl")
 SYSTEM_TOOLS: dict[str, tuple[str, ...]] = {
     "runc": ("/usr/sbin/runc", "/usr/bin/runc", "/usr/local/sbin/runc"),
     "cni-plugins": ("/usr/lib/cni/bridge", "/opt/cni/bin/bridge"),
@@ -212,6 +214,31 @@ def ensure_node(
         runc=runc,
         cni_bin_dir=cni,
     )
+
+
+def ensure_tools(version: str = KUBERNETES_VERSION, *, quiet: bool = False) -> dict[str, Path]:
+    """kubeadm and kubectl of ``version`` (built once into the cache when missing)."""
+    dirs = [*search_dirs(), cache_dir(version) / "bin"]
+    found = {name: _find(name, dirs) for name in TOOL_BINARIES}
+    if any(path is None for path in found.values()):
+        with _build_lock(cache_dir(version)):
+            found = {name: _find(name, dirs) for name in TOOL_BINARIES}
+            missing = [name for name, path in found.items() if path is None]
+            if missing:
+                directory = cache_dir(version)
+                log = directory / "build.log"
+                go = _go()
+                started = time.monotonic()
+                command, workdir = _kubernetes_step(go, version, missing, directory)
+                if not quiet:
+                    print(f"building {', '.join(missing)} (log: {log}) ...", file=sys.stderr)
+                with log.open("a") as out:
+                    out.write(f"\n$ (cd {workdir} && {' '.join(command)})\n")
+                    out.flush()
+                    _run_logged("+".join(missing), command, workdir, out, log, go)
+                _record(directory, missing, time.monotonic() - started)
+                found = {name: _find(name, dirs) for name in TOOL_BINARIES}
+    return {name: path for name, path in found.items() if path is not None}
 
 
 def _check_runs(name: str, path: Path | None) -> None:
@@ -485,6 +512,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.no_node:
             node = ensure_node(args.version, args.bin_dir)
             for name, path in vars(node).items():
+                print(f"{name}: {path}")
+            # kubeadm and kubectl for the offline bundle (vslice bundle build).
+            for name, path in ensure_tools(args.version).items():
                 print(f"{name}: {path}")
     except BinaryError as error:
         print(f"vslice lab: {error}", file=sys.stderr)

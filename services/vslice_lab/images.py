@@ -210,6 +210,19 @@ def shared_libraries(binary: Path) -> list[Path]:
     return found
 
 
+def binary_spec(name: str, binary: Path) -> ImageSpec:
+    """An image of one static binary at ``/usr/local/bin`` (the control plane's images: kubeadm's
+    static pods run ``kube-apiserver``, ``etcd``, ... by name) and an empty /tmp, which etcd and
+    the API server write to."""
+    if not binary.is_file():
+        raise ImageError(f"{binary} is missing: cannot write the image {name}")
+    files = [
+        ImageFile(f"usr/local/bin/{binary.name}", source=binary),
+        ImageFile("tmp/.keep", data=b"", mode=0o644),
+    ]
+    return ImageSpec(name, files)
+
+
 def pause_spec(binary: Path) -> ImageSpec:
     return ImageSpec(PAUSE_IMAGE, [ImageFile("pause", source=binary)], entrypoint=["/pause"])
 

@@ -55,9 +55,8 @@ node = binaries.ensure_node(KUBERNETES_VERSION)
 tags = {name: KUBERNETES_VERSION for name in binaries.KUBE_COMPONENTS}
 tags["etcd"] = ETCD_VERSION.removeprefix("v") + "-0"
 for name, tag in tags.items():
-    files = [images.ImageFile(f"usr/local/bin/{name}", source=bin_dir / name),
-             images.ImageFile("tmp/.keep", data=b"", mode=0o644)]
-    images.write_archive(images.ImageSpec(f"vslice.local/{name}:{tag}", files), out / f"{name}.tar")
+    spec = images.binary_spec(f"vslice.local/{name}:{tag}", bin_dir / name)
+    images.write_archive(spec, out / f"{name}.tar")
 pause = images.build_pause(out)
 images.write_archive(images.pause_spec(pause), out / "pause.tar")
 print(f"KUBE_BIN={bin_dir}; CONTAINERD_BIN={node.containerd.parent}; VERSION={KUBERNETES_VERSION}; ETCD_TAG={tags['etcd']}")

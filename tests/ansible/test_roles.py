@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 import yaml
 from bringup import HERE, ROLE_NAMES, ROLES, ROOT, run, tool
+from vslice_lab.bundle.build import seal
+from vslice_lab.bundle.manifest import Manifest, Target
 
 
 def _defaults(role: str) -> dict[str, object]:
@@ -30,6 +32,7 @@ def test_every_role_has_the_standard_layout() -> None:
         "kubernetes",
         "nvidia_container_toolkit",
         "nvidia_driver",
+        "vslice_bundle",
         "vslice_control_plane",
         "vslice_node",
         "vslice_release",
@@ -340,6 +343,73 @@ def test_a_schedulable_control_plane_may_be_the_gpu_node(tmp_path: Path) -> None
     variables = {"kubernetes_control_plane_schedulable": True, "kubernetes_fail_swap_on": False}
     status, output = _cluster_preflight(tmp_path, groups, variables)
     assert status == 0, output[-3000:]
+
+
+def _sealed_bundle(root: Path, target: Target) -> Path:
+    """A small bundle sealed the way `vslice bundle build` seals one."""
+    for name, data in {"bin/kubeadm": b"kubeadm", "shim/libvslice.so": b"\x7fELF"}.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(data)
+    seal(
+        root,
+        Manifest(
+            vslice_version="0.1.0",
+            target=target,
+            components={"kubernetes": "v1.36.3"},
+            images={},
+            wheel="python/wheel/vslice-0.1.0-py3-none-any.whl",
+            wheelhouse="python/wheelhouse",
+            shim="shim/libvslice.so",
+        ),
+    )
+    return root
+
+
+def _this_host() -> Target:
+    """A target naming the system this test runs on, as Ansible's facts will see it."""
+    facts = run(
+        tool("ansible"),
+        "localhost",
+        "-m",
+        "ansible.builtin.setup",
+        "-a",
+        "filter=ansible_distribution*,ansible_architecture",
+    )
+    assert facts.returncode == 0, facts.stdout[-2000:]
+    found = json.loads(facts.stdout[facts.stdout.index("{") :])["ansible_facts"]
+    return Target(
+        "here",
+        found["ansible_distribution"],
+        str(found["ansible_distribution_major_version"]),
+        found["ansible_architecture"],
+        "3.11",
+        "2.36",
+    )
+
+
+def test_the_bundle_role_checks_the_sums_and_the_hosts_before_anything_changes(
+    tmp_path: Path,
+) -> None:
+    here = _this_host()
+    bundle = _sealed_bundle(tmp_path / "bundle", here)
+    status, output = _preflight(tmp_path, "vslice_bundle", {"vslice_bundle": str(bundle)})
+    assert status == 0, output[-3000:]
+
+    (bundle / "bin" / "kubeadm").write_bytes(b"kubeadX")
+    status, output = _preflight(tmp_path, "vslice_bundle", {"vslice_bundle": str(bundle)})
+    failure = output[output.find("fatal:") :]
+    assert status != 0 and "bin/kubeadm: FAILED" in failure, output[-3000:]
+
+    other = _sealed_bundle(
+        tmp_path / "other", Target("other", "Plan9", "4", here.arch, "3.11", "2.36")
+    )
+    status, output = _preflight(tmp_path, "vslice_bundle", {"vslice_bundle": str(other)})
+    failure = output[output.find("fatal:") :]
+    assert status != 0 and "host localhost runs" in failure and "Plan9 4" in failure, output[-3000:]
+
+    status, output = _preflight(tmp_path, "vslice_bundle", {"vslice_bundle": str(tmp_path)})
+    failure = output[output.find("fatal:") :]
+    assert status != 0 and "holds no manifest.json" in failure, output[-3000:]
 
 
 def test_the_container_runtime_preflight_accepts_a_complete_bundle(tmp_path: Path) -> None:
