@@ -60,8 +60,10 @@ class SpecFile:
         """Make the file hold ``document`` (None: no file); rewrites only on change."""
         try:
             if document is None:
-                self._remove(self.path)
+                # State first: whoever sees the file gone must not read the old state (a
+                # failed removal sets its own state below).
                 self.written, self.state = None, "no GPUs: no spec file"
+                self._remove(self.path)
                 return
             text = json.dumps(document, indent=2) + "\n"
             if text == self.written and self.path.exists():
