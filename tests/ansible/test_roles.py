@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import yaml
 from bringup import HERE, ROLE_NAMES, ROLES, ROOT, run, tool
-from vslice_lab.bundle.build import seal
 from vslice_lab.bundle.manifest import Manifest, Target
+from vslice_lab.bundle.sums import seal
 
 
 def _defaults(role: str) -> dict[str, object]:

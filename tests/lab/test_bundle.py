@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 from vslice_lab.bundle import debs, manifest
-from vslice_lab.bundle.build import platform_tags, seal, source_root
+from vslice_lab.bundle.build import platform_tags, source_root
 from vslice_lab.bundle.manifest import BundleError, FileEntry, Host, ImageEntry, Manifest
+from vslice_lab.bundle.sums import seal
 from vslice_lab.bundle.verify import verify
 
 DEBIAN12 = manifest.TARGETS["debian12"]

@@ -12,30 +12,26 @@ build never leaves something that looks like a bundle.
 from __future__ import annotations
 
 import hashlib
-import json
 import shutil
-import subprocess
 import sys
 import tarfile
 import tomllib
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from vslice_lab import binaries, images
 from vslice_lab.bundle import debs
+from vslice_lab.bundle.commands import run
 from vslice_lab.bundle.manifest import (
-    MANIFEST_FILE,
-    SUMS_FILE,
     BundleError,
-    FileEntry,
     ImageEntry,
     Manifest,
     Target,
     glibc_needed,
-    sums_text,
     version_tuple,
 )
+from vslice_lab.bundle.sums import seal
 from vslice_lab.versions import CONTAINERD_VERSION, ETCD_VERSION, KUBERNETES_VERSION
 
 # The control plane's images under the names kubeadm asks for with imageRepository
@@ -69,15 +65,6 @@ def source_root(start: Path | None = None) -> Path:
     )
 
 
-def _run(command: Sequence[str], what: str, *, cwd: Path | None = None) -> None:
-    result = subprocess.run(list(command), cwd=cwd, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        said = (result.stderr or result.stdout).strip()[-800:]
-        raise BundleError(
-            f"{what} failed (`{' '.join(command[:4])} ...`, exit {result.returncode}): {said}"
-        )
-
-
 def _cache() -> Path:
     return binaries.cache_root().parent
 
@@ -85,8 +72,9 @@ def _cache() -> Path:
 def platform_tags(target: Target) -> list[str]:
     """The manylinux tags a host with the target's glibc can load, newest first."""
     major, minor = version_tuple(target.glibc)[:2]
-    tags = [f"manylinux_{major}_{m}_x86_64" for m in range(minor, 16, -1)]
-    return [*tags, "manylinux2014_x86_64", "linux_x86_64"] if target.arch == "x86_64" else tags
+    arch = target.arch
+    tags = [f"manylinux_{major}_{m}_{arch}" for m in range(minor, 16, -1)]
+    return [*tags, f"manylinux2014_{arch}", f"linux_{arch}"]
 
 
 def _dependencies(source: Path) -> list[str]:
@@ -101,7 +89,7 @@ def _wheels(options: Options, out: Path) -> tuple[str, str]:
     python = out / "python"
     wheel_dir = python / "wheel"
     wheel_dir.mkdir(parents=True)
-    _run(
+    run(
         [
             sys.executable,
             "-m",
@@ -149,7 +137,7 @@ def _wheels(options: Options, out: Path) -> tuple[str, str]:
         ]
         for tag in tags:
             command += ["--platform", tag]
-        _run(
+        run(
             [*command, *deps],
             f"fetching the dependencies' wheels for Python {options.target.python}",
         )
@@ -163,7 +151,7 @@ def _wheels(options: Options, out: Path) -> tuple[str, str]:
 
 def _shim(options: Options, out: Path) -> str:
     shim = options.source / "shim"
-    _run(["make", "-s", "-C", str(shim), "-j2"], "building the shim (make -C shim)")
+    run(["make", "-s", "-C", str(shim), "-j2"], "building the shim (make -C shim)")
     library = shim / "build" / "libvslice.so"
     needed = glibc_needed(library.read_bytes())
     if needed is not None and needed > version_tuple(options.target.glibc)[:2]:
@@ -216,34 +204,6 @@ def _images(options: Options, out: Path) -> dict[str, ImageEntry]:
         images.write_archive(spec, directory / f"{key}.tar")
         entries[key] = ImageEntry(f"images/{key}.tar", spec.name)
     return entries
-
-
-def file_entries(root: Path) -> dict[str, FileEntry]:
-    """Every regular file under ``root`` but the manifest and the sums, by relative path."""
-    found = {}
-    for path in sorted(root.rglob("*")):
-        relative = path.relative_to(root).as_posix()
-        if path.is_symlink() or not path.is_file() or relative in (MANIFEST_FILE, SUMS_FILE):
-            continue
-        digest = hashlib.sha256()
-        with path.open("rb") as file:
-            for block in iter(lambda: file.read(1 << 20), b""):
-                digest.update(block)
-        found[relative] = FileEntry(digest.hexdigest(), path.stat().st_size)
-    return found
-
-
-def seal(root: Path, manifest: Manifest) -> Manifest:
-    """Checksum everything, write manifest.json and SHA256SUMS (which covers the manifest too)."""
-    sealed = replace(manifest, files=file_entries(root))
-    text = json.dumps(sealed.to_json(), indent=1) + "\n"
-    (root / MANIFEST_FILE).write_text(text)
-    sums: Mapping[str, FileEntry] = {
-        **sealed.files,
-        MANIFEST_FILE: FileEntry(hashlib.sha256(text.encode()).hexdigest(), len(text.encode())),
-    }
-    (root / SUMS_FILE).write_text(sums_text(sums))
-    return sealed
 
 
 def vslice_version(source: Path) -> str:

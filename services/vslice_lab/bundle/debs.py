@@ -14,10 +14,10 @@ from __future__ import annotations
 import gzip
 import hashlib
 import shutil
-import subprocess
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from vslice_lab.bundle.commands import run
 from vslice_lab.bundle.manifest import BundleError, Target
 
 # What the roles install from debs/: runc and the CNI plugins for containerd, the tools kubeadm's
@@ -35,19 +35,6 @@ PACKAGES = (
     "python3-venv",
     "python3-apt",
 )
-
-
-def _run(command: Sequence[str], *, cwd: Path | None = None) -> str:
-    try:
-        result = subprocess.run(list(command), cwd=cwd, capture_output=True, text=True, check=False)
-    except OSError as error:
-        raise BundleError(f"cannot run {command[0]}: {error}") from None
-    if result.returncode != 0:
-        said = (result.stderr or result.stdout).strip()[-600:]
-        raise BundleError(
-            f"`{' '.join(command[:3])} ...` failed (exit {result.returncode}): {said}"
-        )
-    return result.stdout
 
 
 def read_os_release(text: str) -> dict[str, str]:
@@ -82,7 +69,8 @@ def check_build_host(target: Target) -> None:
         raise BundleError(f"cannot read /etc/os-release: {error}") from None
     if shutil.which("apt-get") is None or shutil.which("dpkg") is None:
         raise BundleError("the bundle's packages are fetched with apt-get, which is not here")
-    problem = build_host_problem(target, os_release, _run(["dpkg", "--print-architecture"]).strip())
+    arch = run(["dpkg", "--print-architecture"], "reading the package architecture").strip()
+    problem = build_host_problem(target, os_release, arch)
     if problem:
         raise BundleError(problem, field="target", value=target.name)
 
@@ -120,7 +108,7 @@ def stanzas(show_output: str) -> list[dict[str, str]]:
 def closure(packages: Iterable[str]) -> list[dict[str, str]]:
     """The candidate stanza of every package ``packages`` need, Essential ones left out."""
     names = closure_names(
-        _run(
+        run(
             [
                 "apt-cache",
                 "depends",
@@ -132,10 +120,11 @@ def closure(packages: Iterable[str]) -> list[dict[str, str]]:
                 "--no-replaces",
                 "--no-enhances",
                 *packages,
-            ]
+            ],
+            "resolving the packages' dependencies (apt-cache depends; run apt-get update?)",
         )
     )
-    shown = stanzas(_run(["apt-cache", "show", "--no-all-versions", *names]))
+    shown = stanzas(run(["apt-cache", "show", "--no-all-versions", *names], "apt-cache show"))
     return [s for s in shown if s.get("Essential", "no") != "yes" and "Filename" in s]
 
 
@@ -149,8 +138,9 @@ def fetch(packages: Sequence[str], cache: Path, out: Path) -> dict[str, str]:
         partial = cache / "partial"
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir()
-        _run(
+        run(
             ["apt-get", "download", *(f"{s['Package']}={s['Version']}" for s in missing)],
+            "downloading the packages",
             cwd=partial,
         )
         for stanza in missing:
@@ -183,7 +173,7 @@ def write_index(directory: Path) -> None:
     """``Packages`` and ``Packages.gz`` for the .deb files in ``directory`` (a flat repository)."""
     entries = []
     for deb in sorted(directory.glob("*.deb")):
-        control = _run(["dpkg-deb", "-f", str(deb)])
+        control = run(["dpkg-deb", "-f", str(deb)], f"reading {deb.name}")
         entries.append(index_stanza(control, deb.name, deb.read_bytes()))
     text = "\n".join(entries).encode()
     (directory / "Packages").write_bytes(text)

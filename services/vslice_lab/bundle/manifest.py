@@ -22,6 +22,7 @@ Everything here is pure: parsing, validation and comparisons, tested without fil
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -218,9 +219,14 @@ def parse(data: object) -> Manifest:
     )
 
 
-def sums_text(files: Mapping[str, FileEntry]) -> str:
-    """``files`` in the format ``sha256sum -c`` reads (two spaces: text mode), sorted."""
-    return "".join(f"{entry.sha256}  {path}\n" for path, entry in sorted(files.items()))
+def sums_text(files: Mapping[str, FileEntry], manifest_json: bytes) -> str:
+    """SHA256SUMS: ``files`` and manifest.json itself, in the format ``sha256sum -c`` reads
+    (two spaces: text mode), sorted."""
+    listed = {
+        **files,
+        MANIFEST_FILE: FileEntry(hashlib.sha256(manifest_json).hexdigest(), len(manifest_json)),
+    }
+    return "".join(f"{entry.sha256}  {path}\n" for path, entry in sorted(listed.items()))
 
 
 def file_problems(manifest: Manifest, found: Mapping[str, FileEntry]) -> list[str]:

@@ -7,21 +7,19 @@ the check for people, with every problem named at once.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
-from vslice_lab.bundle.build import file_entries
 from vslice_lab.bundle.manifest import (
     MANIFEST_FILE,
     SUMS_FILE,
     BundleError,
-    FileEntry,
     Manifest,
     file_problems,
     parse,
     sums_text,
 )
+from vslice_lab.bundle.sums import file_entries
 
 
 def read_manifest(root: Path) -> Manifest:
@@ -44,15 +42,7 @@ def verify(root: Path) -> Manifest:
     """The bundle's manifest once every file matches it; BundleError lists what does not."""
     manifest = read_manifest(root)
     problems = file_problems(manifest, file_entries(root))
-    manifest_bytes = (root / MANIFEST_FILE).read_bytes()
-    expected_sums = sums_text(
-        {
-            **manifest.files,
-            MANIFEST_FILE: FileEntry(
-                hashlib.sha256(manifest_bytes).hexdigest(), len(manifest_bytes)
-            ),
-        }
-    )
+    expected_sums = sums_text(manifest.files, (root / MANIFEST_FILE).read_bytes())
     try:
         sums = (root / SUMS_FILE).read_text()
     except OSError:
