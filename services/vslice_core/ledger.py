@@ -33,7 +33,7 @@ the end instead of once per pod, which is most of the cost of a large list.
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -61,6 +61,7 @@ from vslice_core.placement import (
     apply_usage,
     compile_request,
     evaluate,
+    may_fit,
     node_score,
     node_state,
     quick_reject,
@@ -360,26 +361,30 @@ class Ledger:
         ]
         return suggest(request, candidates, lambda name: order.get(name, len(order)))
 
-    def _first_fit(
-        self, ask: Ask, names: Collection[str] | None
-    ) -> tuple[NodeState, Outcome] | None:
+    def _first_fit(self, ask: Ask, names: list[str] | None) -> tuple[NodeState, Outcome] | None:
+        """The first node in policy order among ``names`` (None: all) that fits, and how.
+
+        A few candidates are sorted directly. Many are not hashed into a set up front: that
+        costs more than the rest of a typical decision, and the first node that fits is usually
+        a candidate, which one scan of the list (string compares, no hashing) confirms. Only
+        when a scan misses is the set built; from then on it filters the walk.
+        """
         room = self._room(ask.namespace)
-        model_ok: dict[frozenset[str], bool] = {}
-        filtered = bool(ask.types or ask.types_exclude)
+        models: dict[frozenset[str], bool] = {}
+        few = names is not None and self._ranking.few(len(names))
+        unfiltered = None if few else names  # candidates the walk itself does not filter by
+        wanted: set[str] | None = None
         nodes = self._nodes
-        for name in self._ranking.walk(ask.node_policy, names, ask.need_idle):
-            state = nodes[name]
-            if quick_reject(state, ask):
+        for name in self._ranking.walk(ask.node_policy, names if few else None, ask.need_idle):
+            if wanted is not None and name not in wanted:
                 continue
-            if filtered:
-                ok = model_ok.get(state.models)
-                if ok is None:
-                    ok = model_ok[state.models] = types_match(ask, state.models)
-                if not ok:
-                    continue
-            outcome = evaluate(state, ask, room)
-            if outcome.fits:
+            state = nodes[name]
+            outcome = None if quick_reject(state, ask) else _fitting(state, ask, room, models)
+            if outcome is None:
+                continue
+            if unfiltered is None or wanted is not None or name in unfiltered:
                 return state, outcome
+            wanted = set(unfiltered)
         return None
 
     def _explain(self, request: PodRequest, ask: Ask, names: list[str] | None) -> Decision:
@@ -568,6 +573,26 @@ class Ledger:
         if room is None:
             return True
         return all(amount <= left for amount, left in zip(record.totals, room, strict=True))
+
+
+def _fitting(
+    state: NodeState,
+    ask: Ask,
+    room: tuple[int, int, int] | None,
+    models: dict[frozenset[str], bool],
+) -> Outcome | None:
+    """How the pod fits on the node, or None; the cheap checks first (``models`` caches the
+    type selectors' answer per set of GPU models over one decision)."""
+    if ask.types or ask.types_exclude:
+        ok = models.get(state.models)
+        if ok is None:
+            ok = models[state.models] = types_match(ask, state.models)
+        if not ok:
+            return None
+    if not may_fit(state, ask):
+        return None
+    outcome = evaluate(state, ask, room)
+    return outcome if outcome.fits else None
 
 
 def _left(limit: int | None, used: int, unlimited: int) -> int:

@@ -63,6 +63,11 @@ class GpuState:
         return self.used_slots == 0 and self.used_memory == 0 and self.used_cores == 0
 
 
+# What an open GPU (healthy, not cordoned, a free slot) still has: (free MiB, the largest
+# memory percent it can still give, free cores, idle).
+FreeGpu = tuple[int, int, int, bool]
+
+
 @dataclass(slots=True)
 class NodeState:
     """A node's GPUs (by index) with aggregates that reject whole nodes cheaply."""
@@ -80,22 +85,27 @@ class NodeState:
     max_free_memory: int = 0
     max_free_cores: int = 0
     max_free_percent: int = 0
+    free: tuple[FreeGpu, ...] = ()  # per open GPU, in index order
 
     def refresh(self) -> None:
         """Recompute the aggregates; O(GPUs of this node)."""
-        open_gpus = idle = max_memory = max_cores = max_percent = used = 0
+        idle_gpus = max_memory = max_cores = max_percent = used = 0
+        free_gpus: list[FreeGpu] = []
         for gpu in self.gpus:
             used += gpu.used_memory
             if not gpu.open:
                 continue
-            open_gpus += 1
-            idle += gpu.idle
-            free = gpu.memory - gpu.used_memory
-            max_memory = max(max_memory, free)
-            max_cores = max(max_cores, gpu.cores - gpu.used_cores)
-            max_percent = max(max_percent, largest_percent(gpu.memory, free))
+            idle = gpu.idle
+            idle_gpus += idle
+            memory, cores = gpu.memory - gpu.used_memory, gpu.cores - gpu.used_cores
+            percent = largest_percent(gpu.memory, memory)
+            max_memory = max(max_memory, memory)
+            max_cores = max(max_cores, cores)
+            max_percent = max(max_percent, percent)
+            free_gpus.append((memory, percent, cores, idle))
         self.used_memory = used
-        self.open_gpus, self.idle_gpus = open_gpus, idle
+        self.free = tuple(free_gpus)
+        self.open_gpus, self.idle_gpus = len(free_gpus), idle_gpus
         self.max_free_memory, self.max_free_cores = max_memory, max_cores
         self.max_free_percent = max_percent
 
@@ -178,6 +188,11 @@ class Want:
         return self.memory if self.memory is not None else gpu.memory * self.percent // 100
 
 
+# What every GPU a container gets must at least have free before anything of the pod is
+# placed: (GPUs, free MiB, free memory percent, free cores, idle only); see :func:`may_fit`.
+Floor = tuple[int, int, int, int, bool]
+
+
 @dataclass(slots=True, frozen=True)
 class Ask:
     """A pod's request in engine form, with the bounds used to reject nodes cheaply."""
@@ -196,6 +211,7 @@ class Ask:
     need_memory: int
     need_percent: int
     need_cores: int
+    floors: tuple[Floor, ...]
 
 
 def _want(position: int, container: ContainerRequest) -> Want:
@@ -229,7 +245,14 @@ def compile_request(request: PodRequest) -> Ask:
         need_memory=max((w.memory or 0 for w in wants), default=0),
         need_percent=max((w.percent for w in wants if w.memory is None), default=0),
         need_cores=max((w.cores for w in wants), default=0),
+        floors=tuple(_floor(w, mutex) for w in wants),
     )
+
+
+def _floor(want: Want, mutex: bool) -> Floor:
+    memory, percent = (0, want.percent) if want.memory is None else (want.memory, 0)
+    # A container asking no cores still needs one left (else ``cores_exhausted``).
+    return (want.count, memory, percent, max(1, want.cores), want.exclusive or mutex)
 
 
 def types_match(ask: Ask, models: Iterable[str]) -> bool:
@@ -252,6 +275,31 @@ def quick_reject(node: NodeState, ask: Ask) -> bool:
         or node.max_free_percent < ask.need_percent
         or node.max_free_cores < ask.need_cores
     )
+
+
+def may_fit(node: NodeState, ask: Ask) -> bool:
+    """False when some container finds fewer GPUs than it asks that could each take it alone.
+
+    Each test is one of :func:`gpu_reason`'s checks against the node as it is, and the pod's
+    own containers only ever take more, so a node this rejects cannot fit; what it leaves out
+    (type and UUID selectors, NUMA, quota) :func:`evaluate` checks. O(open GPUs): it spares
+    the full evaluation of the many nodes whose free memory and free cores are on different
+    GPUs, which the node-wide maxima of :func:`quick_reject` let through.
+    """
+    free = node.free
+    for count, memory, percent, cores, idle_only in ask.floors:
+        able = 0
+        for gpu_memory, gpu_percent, gpu_cores, idle in free:
+            if (
+                gpu_memory >= memory
+                and gpu_percent >= percent
+                and gpu_cores >= cores
+                and (idle or not idle_only)
+            ):
+                able += 1
+        if able < count:
+            return False
+    return True
 
 
 # Usage the pod itself adds on a node while it is being placed: uuid -> [slots, MiB, cores].

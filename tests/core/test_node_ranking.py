@@ -3,7 +3,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from vslice_core.cluster import build_ledger, parse_cluster
 from vslice_core.model import ContainerRequest, PodRequest
-from vslice_core.placement import compile_request, evaluate, largest_percent, quick_reject
+from vslice_core.placement import (
+    compile_request,
+    evaluate,
+    largest_percent,
+    may_fit,
+    quick_reject,
+)
 from vslice_core.ranking import IDLE_LEVELS, NodeRanking
 
 
@@ -65,6 +71,8 @@ def scenes(draw: st.DrawFn) -> tuple[PodRequest, dict[str, object]]:
             "memory_mib": draw(st.integers(0, memory)),
             "cores": draw(st.sampled_from((0, 50, 100))),
         }
+        if draw(st.booleans()):
+            taken = {"slots": 0, "memory_mib": 0, "cores": 0}  # idle: whole-GPU asks fit
         gpus.append(
             gpu(f"G{i}", memory_mib=memory, slots=slots, used=taken, healthy=draw(st.booleans()))
         )
@@ -90,3 +98,73 @@ def test_the_cheap_node_check_never_rejects_a_node_that_fits(
     node_state = state._nodes["n"]  # the engine's own view of the node
     if evaluate(node_state, ask, None).fits:
         assert not quick_reject(node_state, ask)
+        assert may_fit(node_state, ask)
+
+
+@st.composite
+def pods(draw: st.DrawFn) -> PodRequest:
+    """Several containers, init ones among them, so later ones see what earlier ones took."""
+    wanted = []
+    for position in range(draw(st.integers(1, 3))):
+        percent = draw(st.none() | st.integers(1, 100))
+        wanted.append(
+            ContainerRequest(
+                name=f"c{position}",
+                init=position > 0 and draw(st.booleans()),
+                gpus=draw(st.integers(1, 3)),
+                memory_mib=None if percent else draw(st.integers(1, 90000)),
+                memory_percent=percent,
+                cores=draw(st.sampled_from((0, 30, 50, 100))),
+            )
+        )
+    policy = draw(st.sampled_from(("spread", "binpack", "mutex", "topology")))
+    return PodRequest(containers=wanted, gpu_policy=policy, numa_bind=draw(st.booleans()))
+
+
+@given(scenes(), pods())
+def test_the_per_gpu_check_never_rejects_a_node_that_fits_a_pod_of_several_containers(
+    scene: tuple[PodRequest, dict[str, object]], pod: PodRequest
+) -> None:
+    state = build_ledger(parse_cluster({"nodes": [scene[1]]}))
+    node_state = state._nodes["n"]
+    ask = compile_request(pod)
+    if evaluate(node_state, ask, None).fits:
+        assert may_fit(node_state, ask)
+
+
+def test_the_per_gpu_check_lets_a_gpu_with_exactly_the_asked_room_through() -> None:
+    taken = used(slots=1, memory_mib=400, cores=70)  # 600 of 1000 MiB (60 %) and 30 cores free
+    described = node("n", gpu("G0", memory_mib=1000, used=taken))
+    node_state = build_ledger(parse_cluster({"nodes": [described]}))._nodes["n"]
+    asks = {  # (MiB, percent, cores): fits
+        (600, None, 30): True,
+        (None, 60, 30): True,
+        (601, None, 30): False,
+        (None, 61, 30): False,
+        (600, None, 31): False,
+    }
+    for (memory, percent, cores), fits in asks.items():
+        asked = ContainerRequest(
+            name="main", gpus=1, memory_mib=memory, memory_percent=percent, cores=cores
+        )
+        ask = compile_request(PodRequest(containers=[asked]))
+        assert evaluate(node_state, ask, None).fits == fits
+        assert may_fit(node_state, ask) == fits, (memory, percent, cores)
+
+
+def test_many_candidates_skip_a_better_ranked_node_that_is_not_one_of_them() -> None:
+    # 16 nodes, the fuller the higher the number: binpack ranks node-15 first.
+    nodes = [
+        node(f"node-{i:02d}", gpu(f"G{i}", used=used(slots=1, memory_mib=i * 1000)))
+        for i in range(16)
+    ]
+    state = ledger(*nodes)
+    one = request(container(mem=1))
+    candidates = [f"node-{i:02d}" for i in (3, 14, 9, 14)] + ["ghost"]
+    assert not state._ranking.few(len(candidates))  # the walk does not filter by them
+    assert state.decide(one, candidates).node == "node-14"
+    assert state.decide(one, candidates, explain=True).node == "node-14"
+    everyone_else = [f"node-{i:02d}" for i in range(15)]
+    assert state.decide(one, everyone_else).node == "node-14"
+    assert state.decide(one, iter(everyone_else)).node == "node-14"
+    assert state.decide(one, ["ghost"] * 4).node is None

@@ -1,5 +1,6 @@
 """Properties of the engine and the ledger over random clusters and pods (hypothesis)."""
 
+import dataclasses
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -8,6 +9,7 @@ from vslice_core.cluster import Cluster, build_ledger, parse_cluster
 from vslice_core.errors import NoFit
 from vslice_core.ledger import Ledger, charges
 from vslice_core.model import ContainerRequest, PodRequest
+from vslice_core.placement import NodeState
 
 MODELS = ("NVIDIA-A100-SXM4-80GB", "Tesla-T4", "NVIDIA-L40S")
 
@@ -238,3 +240,61 @@ def test_a_chosen_allocation_commits_and_honours_the_request(
                 assert any(t in gpus[grant.uuid].model.lower() for t in pod.gpu_types)
         if pod.numa_bind:
             assert len({gpus[g.uuid].numa for g in got.gpus}) == 1
+
+
+def summary(state: NodeState) -> tuple[object, ...]:
+    """What the cheap node checks read, kept up to date by every change of usage."""
+    return (
+        state.free,
+        state.open_gpus,
+        state.idle_gpus,
+        state.max_free_memory,
+        state.max_free_cores,
+        state.max_free_percent,
+        state.used_memory,
+    )
+
+
+def assert_node_summaries_are_current(ledger: Ledger) -> None:
+    for state in ledger._nodes.values():
+        recount = dataclasses.replace(state)  # the same GPUs, its summary counted afresh
+        recount.refresh()
+        assert summary(state) == summary(recount), state.name
+
+
+@quick
+@given(
+    clusters(),
+    st.lists(
+        st.tuples(requests(), st.sampled_from(("commit", "reserve", "unproven", "replace"))),
+        max_size=10,
+    ),
+    st.data(),
+)
+def test_every_change_of_usage_keeps_the_node_summaries_current(
+    cluster: Cluster, steps: list[tuple[PodRequest, str]], data: st.DataObject
+) -> None:
+    ledger = build_ledger(cluster)
+    placed: list[str] = []
+    for number, (pod, how) in enumerate(steps):
+        pod = pod.model_copy(update={"uid": f"p{number}"})
+        decision = ledger.decide(pod)
+        if decision.allocation is not None:
+            if how == "reserve":
+                ledger.reserve(pod, decision.allocation.node)
+            elif how == "unproven":
+                ledger.add(pod.uid, decision.allocation, pod.namespace, proven=False)
+            else:
+                ledger.try_commit(pod.uid, decision.allocation, pod.namespace)
+            placed.append(pod.uid)
+        if how == "replace" and cluster.nodes:
+            # The node comes back with its first GPU cordoned: its allocations are re-applied.
+            described = data.draw(st.sampled_from(cluster.nodes))
+            inventory = described.inventory()
+            if inventory.gpus:
+                inventory.gpus[0] = inventory.gpus[0].model_copy(update={"cordoned": True})
+            ledger.set_node(inventory, described.usage())
+        assert_node_summaries_are_current(ledger)
+        if placed and data.draw(st.booleans()):
+            ledger.release(placed.pop(data.draw(st.integers(0, len(placed) - 1))))
+            assert_node_summaries_are_current(ledger)

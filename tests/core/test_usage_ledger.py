@@ -50,6 +50,19 @@ def test_released_allocation_restores_the_ledger() -> None:
     assert state.release("p1") is None
 
 
+def test_recording_and_releasing_a_pod_update_what_the_cheap_node_checks_read() -> None:
+    state = ledger(node("node-1", gpu("G0", memory_mib=1000), gpu("G1", memory_mib=1000)))
+    two = request(container(gpu=2, mem=500))
+    idle = (1000, 100, 100, True)  # free MiB, largest free percent, free cores, idle
+    assert state._nodes["node-1"].free == (idle, idle)
+    state.add("p1", allocation("node-1", ("G1", 600, 30)))
+    assert state._nodes["node-1"].free == (idle, (400, 40, 70, False))
+    assert not state.decide(two).fits
+    state.release("p1")
+    assert state._nodes["node-1"].free == (idle, idle)
+    assert state.decide(two).fits
+
+
 def test_allocations_on_a_vanished_node_come_back_with_the_node() -> None:
     inventory = NodeInventory.model_validate(
         {"name": "node-1", "gpus": [{"uuid": "G0", "model": "m", "memory_mib": 100, "slots": 4}]}
