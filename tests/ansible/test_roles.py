@@ -568,6 +568,32 @@ def test_uninstall_takes_out_exactly_the_runtime_the_toolkit_role_added(tmp_path
     assert config.read_text() == SITE_CONTAINERD
 
 
+# As the container_runtime role starts a containerd 2 configuration: a blank line before the CRI
+# table, which once ran into the indent of the default runtime line and grew a line every run.
+RUNTIME_ROLE_CONTAINERD = """\
+version = 3
+imports = ["/etc/containerd/conf.d/*.toml"]
+
+[plugins."io.containerd.cri.v1.runtime".containerd]
+"""
+
+
+def test_the_toolkit_role_sets_the_default_runtime_once_in_a_containerd_2_file(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text(RUNTIME_ROLE_CONTAINERD)
+    _containerd_step(tmp_path, "nvidia_container_toolkit", "containerd.yml")
+    merged = config.read_text()
+    assert merged.startswith(
+        RUNTIME_ROLE_CONTAINERD + '  default_runtime_name = "nvidia"\n# BEGIN nvidia runtime'
+    ), merged
+    assert "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia]" in merged
+    again = _containerd_step(tmp_path, "nvidia_container_toolkit", "containerd.yml")
+    assert "changed=0" in again, again[-3000:]
+    assert config.read_text() == merged
+
+
 def _render_control_plane_template(name: str, **variables: object) -> list[dict[str, object]]:
     """A template of the control plane role rendered with its defaults (plain Jinja2 with the
     Ansible filters these templates use)."""
