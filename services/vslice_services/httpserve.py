@@ -3,7 +3,9 @@
 - :func:`configure_logging` writes one JSON object per line on stderr (``ts``, ``level``,
   ``service``, ``logger``, ``msg`` and any ``extra=`` fields), so log collectors need no parser.
 - :class:`HttpService` is a threaded HTTP(S) server over a table of routes. Handlers receive the
-  request body and return a :class:`Response`; ``GET /healthz`` answers ``200 ok`` on its own.
+  request body and return a :class:`Response`; ``GET /healthz`` answers ``200 ok`` on its own,
+  and ``GET /version`` the installed vslice release (``{"version": "0.1.0"}``), so an operator
+  (or the upgrade test) can tell which release a running process is, not only which is on disk.
   With TLS, the certificate files are re-read whenever their modification time changes, so a
   rotated certificate is served without a restart. With a client CA (``client_ca_file``) a
   client certificate signed by it is verified when presented, and :class:`ClientAuth` names
@@ -27,6 +29,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import metadata
 from typing import Any
 
 log = logging.getLogger("vslice.http")
@@ -282,8 +285,25 @@ def _healthz(_: bytes) -> Response:
     return Response.text("ok")
 
 
+def release_version() -> str:
+    """The version of the installed ``vslice`` distribution, read once per process: a
+    service keeps answering with the release it was started from after ``current`` moves."""
+    try:
+        return metadata.version("vslice")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+_VERSION = release_version()
+
+
+def _version(_: bytes) -> Response:
+    return Response.json({"version": _VERSION})
+
+
 class HttpService:
-    """A threaded HTTP(S) server over ``routes`` (``(method, path) -> handler``) plus /healthz."""
+    """A threaded HTTP(S) server over ``routes`` (``(method, path) -> handler``) plus /healthz
+    and /version."""
 
     def __init__(
         self,
@@ -293,7 +313,7 @@ class HttpService:
         tls: ReloadingTlsContext | None = None,
         client_auth: ClientAuth | None = None,
     ) -> None:
-        table = {("GET", "/healthz"): _healthz, **routes}
+        table = {("GET", "/healthz"): _healthz, ("GET", "/version"): _version, **routes}
         self._server = _Server(listen, table, tls, client_auth)
         self._thread: threading.Thread | None = None
 

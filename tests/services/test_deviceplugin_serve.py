@@ -14,6 +14,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +111,8 @@ def test_serve_keeps_running_without_kubelet_or_api_server_and_stops_on_sigterm(
     )
     try:
         wait_for(lambda: get(port, "/healthz") == (200, "ok"))
+        # The release the process runs, as the installed distribution says.
+        assert json.loads(get(port, "/version")[1]) == {"version": metadata.version("vslice")}
         status = json.loads(get(port, "/status")[1])
         assert status["kubelet"]["state"] == "waiting for kubelet"
         assert status["devices"] == 3
