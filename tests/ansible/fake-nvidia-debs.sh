@@ -5,17 +5,27 @@
 # cannot do their job here; the stand-ins keep their names, versions, dependencies, files and
 # units, and behave like the real tools do on a machine without a loaded driver (nvidia-smi fails
 # the same way). The container-toolkit stand-ins wrap runc, like nvidia-container-runtime does,
-# and answer `nvidia-ctk cdi generate/list` for one GPU.
+# and answer `nvidia-ctk cdi generate/list` for the GPUs whose /dev/nvidia<N> nodes exist (one,
+# "0", on a host without any), as the real nvidia-ctk lists the GPUs the driver knows.
+# libcuda1 and libnvidia-ml1 carry the fake driver and NVML the shim is tested against
+# (shim/build/fake, from `make -C shim`), at the paths Debian's packages use, so a host that
+# installs these stand-ins can run CUDA programs against the fake GPUs (FAKE_NVIDIA_GPUS).
 #
 # Usage: fake-nvidia-debs.sh OUTDIR  ->  OUTDIR/driver/*.deb (two versions, to exercise the
 # pin) and OUTDIR/toolkit/*.deb.
 set -euo pipefail
 out="$1"
+here="$(cd "$(dirname "$0")" && pwd)"
+fake="$here/../../shim/build/fake"
+for lib in libcuda.so.1 libnvidia-ml.so.1; do
+  [ -f "$fake/$lib" ] || { echo "$fake/$lib is missing: build it with make -C shim" >&2; exit 1; }
+done
+libdir=/usr/lib/x86_64-linux-gnu
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
-# package NAME VERSION DEPENDS SECTION; file contents come from stdin as "PATH<TAB>MODE<TAB>TEXT" lines
-# where TEXT uses \n escapes.
+# package NAME VERSION DEPENDS DEST; file contents come from stdin as "PATH<TAB>MODE<TAB>TEXT" lines
+# where TEXT uses \n escapes, or is @FILE to copy FILE.
 package() {
   local name="$1" version="$2" depends="$3" dest="$4" root="$work/$1_$2"
   mkdir -p "$root/DEBIAN"
@@ -32,7 +42,11 @@ package() {
   } >"$root/DEBIAN/control"
   while IFS=$'\t' read -r path mode text; do
     mkdir -p "$root$(dirname "$path")"
-    printf '%b' "$text" >"$root$path"
+    if [ "${text#@}" != "$text" ]; then
+      cp "${text#@}" "$root$path"
+    else
+      printf '%b' "$text" >"$root$path"
+    fi
     chmod "$mode" "$root$path"
   done
   mkdir -p "$dest"
@@ -45,9 +59,13 @@ driver() {
 /usr/src/nvidia-current-$upstream/dkms.conf	0644	PACKAGE_NAME="nvidia-current"\nPACKAGE_VERSION="$upstream"\nBUILT_MODULE_NAME[0]="nvidia"\nAUTOINSTALL=yes\n
 EOF2
   package libcuda1 "$v" "" "$out/driver" <<EOF2
-/usr/share/doc/libcuda1/STAND-IN	0644	Stand-in for libcuda.so.1 $upstream (no driver here).\n
+$libdir/libcuda.so.1	0644	@$fake/libcuda.so.1
+/usr/share/doc/libcuda1/STAND-IN	0644	Stand-in for libcuda.so.1 $upstream: vslice's fake driver.\n
 EOF2
-  package nvidia-smi "$v" "libcuda1 (= $v)" "$out/driver" <<EOF2
+  package libnvidia-ml1 "$v" "" "$out/driver" <<EOF2
+$libdir/libnvidia-ml.so.1	0644	@$fake/libnvidia-ml.so.1
+EOF2
+  package nvidia-smi "$v" "libcuda1 (= $v), libnvidia-ml1 (= $v)" "$out/driver" <<EOF2
 /usr/bin/nvidia-smi	0755	#!/bin/sh\necho "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running." >&2\nexit 9\n
 EOF2
   package nvidia-persistenced "$v" "" "$out/driver" <<EOF2
@@ -61,9 +79,9 @@ driver 535.216.01-1
 driver 535.247.01-1
 
 tv=1.17.8-1
-package nvidia-container-toolkit-base "$tv" "" "$out/toolkit" <<'EOF2'
-/usr/bin/nvidia-container-runtime	0755	#!/bin/sh\n# Stand-in: the real runtime adds the GPU to the OCI spec, then runs runc.\nexec runc "$@"\n
-/usr/bin/nvidia-ctk	0755	#!/bin/sh\n# Stand-in for nvidia-ctk: cdi generate/list for one GPU.\nset -e\nif [ "$1 $2" = "cdi generate" ]; then\n  out=/dev/stdout\n  for a in "$@"; do case "$a" in --output=*) out="${a#--output=}";; esac; done\n  printf '%s\\n' '---' 'cdiVersion: 0.5.0' 'kind: nvidia.com/gpu' 'devices:' '- name: "0"' '  containerEdits:' '    deviceNodes:' '    - path: /dev/nvidia0' '- name: all' '  containerEdits:' '    deviceNodes:' '    - path: /dev/nvidia0' 'containerEdits:' '  deviceNodes:' '  - path: /dev/nvidiactl' > "$out"\n  exit 0\nfi\nif [ "$1 $2" = "cdi list" ]; then\n  for f in /etc/cdi/*.yaml /var/run/cdi/*.yaml; do\n    [ -f "$f" ] || continue\n    grep -q '^kind: nvidia.com/gpu' "$f" || continue\n    sed -n 's/^- name: "\\{0,1\\}\\([^"]*\\)"\\{0,1\\}$/nvidia.com\\/gpu=\\1/p' "$f"\n  done\n  exit 0\nfi\necho "nvidia-ctk stand-in: unsupported: $*" >&2\nexit 1\n
+package nvidia-container-toolkit-base "$tv" "" "$out/toolkit" <<EOF2
+/usr/bin/nvidia-container-runtime	0755	#!/bin/sh\n# Stand-in: the real runtime adds the GPU to the OCI spec, then runs runc.\nexec runc "\$@"\n
+/usr/bin/nvidia-ctk	0755	@$here/fake-nvidia-ctk.sh
 EOF2
 package nvidia-container-toolkit "$tv" "nvidia-container-toolkit-base (= $tv)" "$out/toolkit" <<'EOF2'
 /usr/bin/nvidia-container-runtime-hook	0755	#!/bin/sh\nexit 0\n

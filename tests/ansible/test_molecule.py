@@ -1,16 +1,16 @@
-"""The molecule scenarios, on a Debian 12 container booting systemd (podman, runc).
+"""The molecule scenarios, on Debian 12 containers booting systemd (podman, runc).
 
-- ``lab``: site.yml on one host that is control plane and GPU node, without an API server.
-- ``cluster``: three bare hosts (one control plane, two GPU nodes) to a kubeadm cluster from the
-  offline bundle alone (playbooks/kubernetes.yml); verify runs a pod from the bundle's image on
-  each GPU node and checks every host routes the other nodes' pod ranges.
+- ``lab``: site.yml on one host that is control plane and GPU node of an existing cluster
+  (Debian's containerd 1.7 with a site configuration), without an API server.
+- ``cluster``: three bare hosts (one control plane, two GPU nodes) to a kubeadm cluster with
+  vslice on it, from the offline bundle alone (site.yml); verify runs a sliced vslice-smoke pod
+  on each GPU node and checks its log.
 - ``control_plane``: control_plane.yml against a real API server started in the container, then
   (side_effect) uninstall.yml: refused while a pod holds a slice, then everything removed, then a
   second run that changes nothing.
 
-Each runs converge, then idempotence (a second run changes nothing), then verify (packages at
-their pinned versions, configuration merged and rendered, services running and answering
-/healthz). The image is built once by build-image.sh and cached under ~/.cache/vslice/images/.
+Each runs converge, then idempotence (a second run changes nothing), then verify. The image is
+built once by build-image.sh and cached under ~/.cache/vslice/images/.
 """
 
 from __future__ import annotations

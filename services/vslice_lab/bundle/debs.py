@@ -21,8 +21,10 @@ from vslice_lab.bundle.commands import run
 from vslice_lab.bundle.manifest import BundleError, Target
 
 # What the roles install from debs/: runc and the CNI plugins for containerd, the tools kubeadm's
-# preflight and the kubelet call, python3-venv for vslice's release and python3-apt for
-# Ansible's apt module (which would otherwise try to fetch it).
+# preflight and the kubelet call, python3-venv for vslice's release, python3-apt for Ansible's
+# apt module (which would otherwise try to fetch it), apt-utils for the NVIDIA roles'
+# package_dir source (apt-ftparchive) and python3-cryptography for the control plane role's
+# certificates: a host whose only source is the bundle has no package lists for anything else.
 PACKAGES = (
     "runc",
     "containernetworking-plugins",
@@ -34,6 +36,8 @@ PACKAGES = (
     "kmod",
     "python3-venv",
     "python3-apt",
+    "apt-utils",
+    "python3-cryptography",
 )
 
 
