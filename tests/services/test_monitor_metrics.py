@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import mmap
 import os
+import shutil
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,10 +14,11 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from vslice_services.httpserve import HttpService
+from vslice_services.monitor import regions
 from vslice_services.monitor.collector import Utilization
 from vslice_services.monitor.main import metrics_service, no_names
 from vslice_services.monitor.settings import MonitorSettings
-from vslice_shim import abi
+from vslice_shim import abi, open_region
 from vslice_shim.region import DeviceLimit, create_region
 
 GPU_A = "GPU-6c7f0d8e-0000-4000-8000-00000000000a"
@@ -206,3 +208,60 @@ def test_a_pod_newer_than_the_last_refresh_is_named_at_once_but_not_asked_for_tw
     assert names({"new", "gone"})["new"] == ("team-a", "fresh")
     assert api.calls == 2  # an unknown uid asks again at most once a second
     assert names({"new"}) and api.calls == 2  # a known one never asks
+
+
+class _Listing:
+    """What ``os.scandir`` returns, from entries already read."""
+
+    def __init__(self, entries: list[os.DirEntry[str]]) -> None:
+        self._entries = entries
+
+    def __enter__(self) -> Iterator[os.DirEntry[str]]:
+        return iter(self._entries)
+
+    def __exit__(self, *_exc: object) -> None:
+        return None
+
+    def __iter__(self) -> Iterator[os.DirEntry[str]]:
+        return iter(self._entries)
+
+
+def test_a_pod_directory_removed_while_the_scrape_walks_is_gone_not_an_error(
+    monitor: HttpService, cache_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    region_at(cache_root, "uid-1", "main", DeviceLimit(GPU_A, 3000 * MIB, 50))
+    region_at(cache_root, "uid-2", "side", DeviceLimit(GPU_A, 512 * MIB, 20))
+    real_scandir = os.scandir
+
+    def scandir_then_delete(path: str | os.PathLike[str]) -> object:
+        # The device plugin removes uid-2's directory just after the root was listed.
+        if isinstance(path, int) or Path(path) != cache_root:
+            return real_scandir(path)  # shutil.rmtree lists by file descriptor
+        with real_scandir(path) as listing:
+            entries = list(listing)
+        if (cache_root / "uid-2").exists():
+            shutil.rmtree(cache_root / "uid-2")
+        return _Listing(entries)
+
+    monkeypatch.setattr(os, "scandir", scandir_then_delete)
+    metrics = scrape(monitor)  # asserts 200
+    assert metrics[("vslice_monitor_regions", ())] == 1
+    assert metrics[("vslice_monitor_unreadable_regions", ())] == 0
+
+
+def test_a_region_file_removed_between_listing_and_reading_is_skipped(
+    monitor: HttpService, cache_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    region_at(cache_root, "uid-1", "main", DeviceLimit(GPU_A, 3000 * MIB, 50))
+    gone = region_at(cache_root, "uid-2", "side", DeviceLimit(GPU_A, 512 * MIB, 20))
+    real_open = open_region
+
+    def delete_then_open(path: str | os.PathLike[str]) -> object:
+        if Path(path) == gone:
+            gone.unlink()
+        return real_open(path)
+
+    monkeypatch.setattr(regions, "open_region", delete_then_open)
+    metrics = scrape(monitor)
+    assert metrics[("vslice_monitor_regions", ())] == 1
+    assert metrics[("vslice_monitor_unreadable_regions", ())] == 0
