@@ -4,10 +4,9 @@
   (Debian's containerd 1.7 with a site configuration), without an API server.
 - ``cluster``: three bare hosts (one control plane, two GPU nodes) to a kubeadm cluster with
   vslice on it, from the offline bundle alone (site.yml); verify runs a sliced vslice-smoke pod
-  on each GPU node and checks its log.
-- ``control_plane``: control_plane.yml against a real API server started in the container, then
-  (side_effect) uninstall.yml: refused while a pod holds a slice, then everything removed, then a
-  second run that changes nothing.
+  on each GPU node and checks its log; side_effect upgrades vslice to the next bundle and rolls
+  it back while a sliced pod runs, then runs uninstall.yml (refused while a pod holds a slice,
+  then everything of vslice removed with the cluster still working, then no change).
 
 Each runs converge, then idempotence (a second run changes nothing), then verify. The image is
 built once by build-image.sh and cached under ~/.cache/vslice/images/.
@@ -25,8 +24,8 @@ from bringup import HERE, ROOT, run, tool
 pytestmark = [pytest.mark.molecule, pytest.mark.slow]
 
 LOG_DIR = ROOT / "test-artifacts"
-# control_plane's side_effect runs playbooks/uninstall.yml and checks nothing of vslice is left.
-EXTRA_STEPS = {"control_plane": ("side_effect",)}
+# cluster's side_effect: upgrade, rollback and uninstall (see its side_effect.yml).
+EXTRA_STEPS = {"cluster": ("side_effect",)}
 
 
 # The cluster scenario's hosts share the machine's cgroup tree (see its molecule.yml): each
@@ -54,7 +53,7 @@ def _require_podman() -> None:
             pytest.fail(f"{binary} is missing; .ci/setup.d/40-ansible.sh installs it")
 
 
-@pytest.mark.parametrize("scenario", ["lab", "control_plane", "cluster"])
+@pytest.mark.parametrize("scenario", ["lab", "cluster"])
 def test_the_scenario_converges_is_idempotent_and_verifies(scenario: str) -> None:
     _require_podman()
     image = run("bash", str(HERE / "build-image.sh"), timeout=1200)
