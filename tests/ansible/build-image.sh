@@ -12,15 +12,7 @@ set -euo pipefail
 
 IMAGE_VERSION=1
 IMAGE="localhost/vslice-molecule-debian12:${IMAGE_VERSION}"
-host_mirror() {
-  # The mirror this host's apt already uses (deb822 or one-line format), never one of our own.
-  { grep -hoE '^[[:space:]]*URIs:[[:space:]]*[^[:space:]]+' /etc/apt/sources.list.d/*.sources 2>/dev/null \
-      | awk '{print $2}'
-    grep -hoE '^[[:space:]]*deb[[:space:]]+(\[[^]]*\][[:space:]]+)?[^[:space:]]+' /etc/apt/sources.list 2>/dev/null \
-      | awk '{print $NF}'
-  } | grep -v security | head -1 || true
-}
-MIRROR="${VSLICE_DEBIAN_MIRROR:-$(host_mirror)}"
+MIRROR="$(bash "$(dirname "$0")/host-mirror.sh")"
 if [ -z "$MIRROR" ]; then
   echo "build-image: no Debian mirror in this host's apt sources; set VSLICE_DEBIAN_MIRROR" >&2
   exit 1
