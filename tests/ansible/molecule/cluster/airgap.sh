@@ -35,6 +35,9 @@ host_pid() {
   echo "$pid"
 }
 
+# Runs a command of this machine in the network namespace of the host whose pid is in $pid.
+in_host() { nsenter --target "$pid" --net -- "$@"; }
+
 # Connects to $1:$2 with a 5 s timeout; prints refused, connected or the error's name.
 probe='
 import errno, socket, sys
@@ -46,6 +49,10 @@ except OSError as e:
 '
 
 if [ "$mode" = check ]; then
+  if [ -z "$1" ]; then
+    echo "airgap: check got an empty URL (host-mirror.sh finds none here: set VSLICE_DEBIAN_MIRROR)" >&2
+    exit 2
+  fi
   # Resolved here: the hosts' namespaces cannot reach this machine's name servers.
   read -r address port < <(python3 - "$1" <<'PY'
 import socket, sys, urllib.parse
@@ -62,8 +69,8 @@ PY
   fi
   for host in "$@"; do
     pid=$(host_pid "$host")
-    inside=$(nsenter --target "$pid" --net -- python3 -c "$probe" "$address" "$port")
-    last=$(nsenter --target "$pid" --net -- iptables -w -S OUTPUT | tail -1)
+    inside=$(in_host python3 -c "$probe" "$address" "$port")
+    last=$(in_host iptables -w -S OUTPUT | tail -1)
     if [ "$inside" != refused ] || [ "$last" != "-A OUTPUT -j REJECT --reject-with icmp-port-unreachable" ]; then
       echo "airgap: from $host, $address:$port: $inside; last OUTPUT rule: $last" >&2
       exit 1
@@ -79,7 +86,6 @@ shift 2
 
 for host in "$@"; do
   pid=$(host_pid "$host")
-  in_host() { nsenter --target "$pid" --net -- "$@"; }
   subnet=$(in_host ip -4 -o route show dev eth0 scope link | awk '{print $1; exit}')
   if [ -z "$subnet" ]; then
     echo "airgap: $host has no IPv4 network on eth0" >&2
