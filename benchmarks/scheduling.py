@@ -1,5 +1,5 @@
-"""Pods per second through the real kube-scheduler: plain, with the vslice extender, and
-through kube-scheduler's own DRA allocator with vslice's ResourceSlices.
+"""Pods per second through the real kube-scheduler: plain, with the vslice extender, with a
+null extender, and through kube-scheduler's own DRA allocator with vslice's ResourceSlices.
 
 For each cluster size a fresh lab is started (``vslice_lab``, the code of ``vslice lab up``)
 with N simulated nodes of 8 GPUs x 10 slots each on the extender path and 8 more on the DRA
@@ -16,6 +16,17 @@ bound, as seen on a watch. So creation speed of this script does not count, only
 - plain:    pods asking ``example.com/plain-gpu: 1``, scheduled by kube-scheduler alone;
 - extender: pods asking ``nvidia.com/gpu: 1, nvidia.com/gpumem: 1024, nvidia.com/gpucores: 5``,
             sent to the vslice extender (filter, then bind with the allocation annotation);
+- null:     pods asking ``example.com/null-gpu: 1`` (advertised by every node, like the plain
+            one), sent to ``benchmarks/nullextender`` (Go, standard library only, built here on
+            the first run): its filter keeps the first candidate, its bind posts a plain
+            Binding. It does no work of its own, so its pods per second is what the extender
+            protocol itself allows on this machine (kube-scheduler encoding each pod and its
+            candidates, two HTTPS calls, the Binding from another client) and ``null_ratio``
+            the ceiling of any extender's ratio; ``of_null`` is the vslice extender's ratio as
+            a share of it. kube-scheduler takes only one extender that binds, so this runs in
+            a second lab per size, without the vslice services, and plain is measured again
+            there (``plain2``; ``null_ratio`` = null / plain2). Without ``go`` (or with
+            ``--no-null``) the column reads n/a;
 - dra:      pods with a claim from one ResourceClaimTemplate asking the same slice (1 GPU,
             ``capacity.requests: {memory: 1024Mi, cores: 5}``), allocated by kube-scheduler's
             DRA plugin (Kubernetes 1.36). The controller manager makes each pod's claim while
@@ -29,8 +40,9 @@ return) to its bind (the watch event) is taken; p50 and p99 are printed for both
 Run: ``.venv/bin/python benchmarks/scheduling.py [--sizes 100 1000] [--pods 500]``.
 The last lines read
 ``scheduling nodes=<n> plain_pods_per_s=<x> extender_pods_per_s=<y> dra_pods_per_s=<z>
-ratio=<y/x> dra_ratio=<z/x> plain_p50_ms=<a> plain_p99_ms=<b> extender_p50_ms=<c>
-extender_p99_ms=<d> dra_p50_ms=<e> dra_p99_ms=<f>`` (the DRA latency includes the controller
+null_pods_per_s=<u> ratio=<y/x> dra_ratio=<z/x> null_ratio=<u/plain2> of_null=<ratio/null_ratio>
+plain_p50_ms=<a> plain_p99_ms=<b> extender_p50_ms=<c> extender_p99_ms=<d> dra_p50_ms=<e>
+dra_p99_ms=<f> null_p50_ms=<g> null_p99_ms=<h>`` (the DRA latency includes the controller
 manager making the pod's claim).
 """
 
@@ -56,12 +68,17 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes import watch
 from vslice_kube.client import api_client
+from vslice_lab import binaries as binaries_module
 from vslice_lab import lab as lab_module
+from vslice_lab.configs import ExtraExtender
 from vslice_lab.dra import supported as dra_supported
 from vslice_lab.layout import Layout
+from vslice_lab.ports import HOST, free_ports
 from vslice_lab.versions import KUBERNETES_VERSION
 
 PLAIN = "example.com/plain-gpu"
+NULL = "example.com/null-gpu"
+NULL_SOURCE = Path(__file__).resolve().parent / "nullextender"
 GPUS_PER_NODE = 8
 SLOTS_PER_GPU = 10
 
@@ -199,6 +216,74 @@ def _namespace(core: k8s.CoreV1Api, namespace: str) -> None:
             core.read_namespaced_service_account("default", namespace)
             return
         except k8s.ApiException:
+            time.sleep(0.1)
+
+
+def build_null_extender() -> tuple[Path | None, str]:
+    """The null extender's binary, built from ``benchmarks/nullextender`` into the cache when
+    its source changed (Go standard library only, so no module is fetched); or None and why."""
+    candidates = [
+        shutil.which("go"),
+        *(str(Path(c).expanduser()) for c in binaries_module.GO_CANDIDATES),
+    ]
+    go = next((c for c in candidates if c and Path(c).is_file()), None)
+    if go is None:
+        return None, "no Go toolchain on PATH (install Go >= 1.22 or run .ci/setup)"
+    out = binaries_module.cache_root().parent / "bench" / "nullextender"
+    sources = [*sorted(NULL_SOURCE.glob("*.go")), NULL_SOURCE / "go.mod"]
+    if out.exists() and all(out.stat().st_mtime >= f.stat().st_mtime for f in sources):
+        return out, ""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    built = subprocess.run(
+        [go, "build", "-trimpath", "-o", str(out), "."],
+        cwd=NULL_SOURCE,
+        env={**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if built.returncode != 0:
+        return None, f"go build in {NULL_SOURCE} failed: {built.stderr.strip()[-400:]}"
+    return out, ""
+
+
+def start_null_extender(
+    binary: Path, port: int, state_dir: Path, server: str
+) -> subprocess.Popen[bytes]:
+    """The null extender on ``port``, serving with the lab's extender certificate (kube-scheduler
+    verifies it against the lab CA) and binding as the lab's admin; waits until it answers."""
+    layout = Layout.at(state_dir)
+    pki = layout.pki
+    log = layout.log("null-extender").open("ab")
+    process = subprocess.Popen(
+        [
+            str(binary),
+            f"-listen={HOST}:{port}",
+            f"-cert={pki / 'vslice-scheduler.crt'}",
+            f"-key={pki / 'vslice-scheduler.key'}",
+            f"-apiserver={server}",
+            f"-ca={pki / 'ca.crt'}",
+            f"-client-cert={pki / 'admin.crt'}",
+            f"-client-key={pki / 'admin.key'}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    context = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with urllib.request.urlopen(
+                f"https://{HOST}:{port}/healthz", context=context, timeout=2
+            ):
+                return process
+        except OSError as error:
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                raise SystemExit(
+                    f"the null extender did not answer on port {port}: {error}; "
+                    f"see {layout.log('null-extender')}"
+                ) from None
             time.sleep(0.1)
 
 
@@ -346,6 +431,22 @@ class Result:
     extender_latency: tuple[float, float] | None = None
     dra: float | None = None
     dra_latency: tuple[float, float] | None = None
+    null: float | None = None
+    null_latency: tuple[float, float] | None = None
+    null_plain: float | None = None
+    """Plain measured again in the null extender's own lab: ``null`` is compared with it."""
+
+    @property
+    def null_ratio(self) -> float | None:
+        return self.null / self.null_plain if self.null and self.null_plain else None
+
+    @property
+    def of_null(self) -> float | None:
+        """The vslice extender's ratio as a share of the null extender's: of what the
+        protocol leaves, how much vslice's own work takes away."""
+        ratio = self.extender / self.plain if self.extender else None
+        null = self.null_ratio
+        return ratio / null if ratio and null else None
 
 
 def run_size(
@@ -412,6 +513,61 @@ def run_size(
             lab_module.down(options.state_dir)
 
 
+@dataclass
+class NullResult:
+    plain: float
+    plain_latency: tuple[float, float]
+    null: float
+    null_latency: tuple[float, float]
+
+
+def run_null(nodes: int, pods: int, latency_pods: int, rate: float, binary: Path) -> NullResult:
+    """Plain beside the null extender, in a lab of its own: kube-scheduler takes one binding
+    extender only, so the vslice extender is not registered here (nor the webhook started).
+    Plain is measured again in this lab so that the null ratio compares like with like."""
+    with tempfile.TemporaryDirectory(prefix="vslice-bench-null-") as tmp:
+        inv = Path(tmp) / "inventory.yaml"
+        inv.write_text(yaml.safe_dump(inventory(nodes, dra=False)))
+        port = free_ports(["null-extender"])["null-extender"]
+        slots = str(GPUS_PER_NODE * SLOTS_PER_GPU)
+        options = lab_module.LabOptions(
+            state_dir=Path(tmp) / "lab",
+            inventory=inv,
+            services=False,
+            extra_node_resources={PLAIN: slots, NULL: slots},
+            extra_extenders=(ExtraExtender(f"https://{HOST}:{port}", NULL),),
+            timeout=1800,
+            node_lease_seconds=1200,
+        )
+        began = time.monotonic()
+        record = lab_module.up(options)
+        print(f"  null lab with {nodes} nodes up in {time.monotonic() - began:.1f} s", flush=True)
+        process: subprocess.Popen[bytes] | None = None
+        try:
+            process = start_null_extender(binary, port, options.state_dir, record.server)
+            core = k8s.CoreV1Api(api_client(Layout.at(options.state_dir).kubeconfig, pool_size=32))
+            scheduler = next(p.pid for p in record.processes if p.name == "kube-scheduler")
+            processes = {p.name: p.pid for p in record.processes}
+            processes["null-extender"] = process.pid
+            plain = measure(core, scheduler, "bench-plain", {PLAIN: "1"}, pods, processes)
+            plain_latency = latencies(core, "lat-plain", {PLAIN: "1"}, latency_pods, rate)
+            null = measure(core, scheduler, "bench-null", {NULL: "1"}, pods, processes)
+            null_latency = latencies(core, "lat-null", {NULL: "1"}, latency_pods, rate)
+            print(
+                f"  plain:    {plain:8.1f} pods/s (null lab), p50 {plain_latency[0]:.0f} ms, "
+                f"p99 {plain_latency[1]:.0f} ms\n"
+                f"  null:     {null:8.1f} pods/s, p50 {null_latency[0]:.0f} ms, "
+                f"p99 {null_latency[1]:.0f} ms",
+                flush=True,
+            )
+            return NullResult(plain, plain_latency, null, null_latency)
+        finally:
+            if process is not None:
+                process.kill()
+                process.wait()
+            lab_module.down(options.state_dir)
+
+
 def _number(value: float | None, digits: int) -> str:
     return "nan" if value is None else f"{value:.{digits}f}"
 
@@ -434,7 +590,13 @@ def main() -> int:
         type=Path,
         help="sample the extender with py-spy during its throughput run (PATH.<nodes>.txt)",
     )
+    parser.add_argument(
+        "--no-null", action="store_true", help="leave out the null extender's column"
+    )
     args = parser.parse_args()
+    null_binary, why_not = (None, "--no-null") if args.no_null else build_null_extender()
+    if null_binary is None:
+        print(f"null extender left out: {why_not}", flush=True)
     results = {}
     mode = "node locks" if args.node_locks else "leader election"
     for size in args.sizes:
@@ -443,28 +605,40 @@ def main() -> int:
         results[size] = run_size(
             size, args.pods, args.latency_pods, args.rate, args.node_locks, profile
         )
+        if null_binary is not None:
+            n = run_null(size, args.pods, args.latency_pods, args.rate, null_binary)
+            results[size].null = n.null
+            results[size].null_latency = n.null_latency
+            results[size].null_plain = n.plain
     print(
-        f"\n{'nodes':>6} {'plain pods/s':>13} {'extender pods/s':>16} {'dra pods/s':>11} "
-        f"{'ratio':>6} {'dra ratio':>9}"
+        f"\n{'nodes':>6} {'plain pods/s':>13} {'extender pods/s':>16} {'null pods/s':>12} "
+        f"{'dra pods/s':>11} {'ratio':>6} {'null ratio':>10} {'of null':>8} {'dra ratio':>9}"
     )
     for size, r in results.items():
         print(
-            f"{size:>6} {r.plain:13.1f} {_shown(r.extender, 16)} {_shown(r.dra, 11)} "
-            f"{_shown(r.extender and r.extender / r.plain, 6, 2)} "
+            f"{size:>6} {r.plain:13.1f} {_shown(r.extender, 16)} {_shown(r.null, 12)} "
+            f"{_shown(r.dra, 11)} {_shown(r.extender and r.extender / r.plain, 6, 2)} "
+            f"{_shown(r.null_ratio, 10, 2)} "
+            f"{_shown(r.of_null, 8, 2)} "
             f"{_shown(r.dra and r.dra / r.plain, 9, 2)}"
         )
     for size, r in results.items():
         nan = (float("nan"), float("nan"))
         e50, e99 = r.extender_latency or nan
         d50, d99 = r.dra_latency or nan
+        n50, n99 = r.null_latency or nan
         print(
             f"scheduling nodes={size} plain_pods_per_s={r.plain:.1f} "
             f"extender_pods_per_s={_number(r.extender, 1)} dra_pods_per_s={_number(r.dra, 1)} "
+            f"null_pods_per_s={_number(r.null, 1)} "
             f"ratio={_number(r.extender and r.extender / r.plain, 3)} "
             f"dra_ratio={_number(r.dra and r.dra / r.plain, 3)} "
+            f"null_ratio={_number(r.null_ratio, 3)} "
+            f"of_null={_number(r.of_null, 3)} "
             f"plain_p50_ms={r.plain_latency[0]:.0f} plain_p99_ms={r.plain_latency[1]:.0f} "
             f"extender_p50_ms={e50:.0f} extender_p99_ms={e99:.0f} "
-            f"dra_p50_ms={d50:.0f} dra_p99_ms={d99:.0f}"
+            f"dra_p50_ms={d50:.0f} dra_p99_ms={d99:.0f} "
+            f"null_p50_ms={n50:.0f} null_p99_ms={n99:.0f}"
         )
     return 0
 

@@ -13,11 +13,13 @@ certificate (the extender accepts only that one), verifying the extender against
 from __future__ import annotations
 
 import base64
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
+from vslice_core.errors import InvalidRequest
 from vslice_core.resources import DEFAULT_RESOURCE_NAMES
 
 from vslice_lab.pki import KeyPair
@@ -66,14 +68,29 @@ class ExtenderTls:
     client: KeyPair
 
 
-def extender_entry(url: str, tls: ExtenderTls | None = None) -> dict[str, Any]:
-    """The ``extenders`` item that sends GPU pods to the vslice extender at ``url``."""
-    names = DEFAULT_RESOURCE_NAMES
-    managed = [{"name": names.gpu, "ignoredByScheduler": False}]
-    managed += [
-        {"name": name, "ignoredByScheduler": True}
-        for name in (names.memory, names.memory_percent, names.cores)
-    ]
+@dataclass(frozen=True)
+class ExtraExtender:
+    """Another filter + bind extender kube-scheduler calls, for pods asking ``resource``
+    (which every node must advertise: kube-scheduler checks it as well)."""
+
+    url: str
+    resource: str
+
+
+def extender_entry(
+    url: str, tls: ExtenderTls | None = None, resource: str | None = None
+) -> dict[str, Any]:
+    """The ``extenders`` item that sends GPU pods to the vslice extender at ``url``; with
+    ``resource``, pods asking that resource alone (an ``ExtraExtender``)."""
+    if resource is not None:
+        managed = [{"name": resource, "ignoredByScheduler": False}]
+    else:
+        names = DEFAULT_RESOURCE_NAMES
+        managed = [{"name": names.gpu, "ignoredByScheduler": False}]
+        managed += [
+            {"name": name, "ignoredByScheduler": True}
+            for name in (names.memory, names.memory_percent, names.cores)
+        ]
     entry: dict[str, Any] = {
         "urlPrefix": url,
         "filterVerb": "filter",
@@ -96,7 +113,11 @@ def extender_entry(url: str, tls: ExtenderTls | None = None) -> dict[str, Any]:
 
 
 def write_scheduler_config(
-    path: Path, kubeconfig: Path, extender_url: str | None, tls: ExtenderTls | None = None
+    path: Path,
+    kubeconfig: Path,
+    extender_url: str | None,
+    tls: ExtenderTls | None = None,
+    extra: Sequence[ExtraExtender] = (),
 ) -> Path:
     """The KubeSchedulerConfiguration (see the module docstring)."""
     document: dict[str, Any] = {
@@ -106,8 +127,19 @@ def write_scheduler_config(
         "leaderElection": {"leaderElect": False},
         "profiles": [{"schedulerName": name} for name in SCHEDULER_PROFILES],
     }
-    if extender_url:
-        document["extenders"] = [extender_entry(extender_url, tls)]
+    if extender_url and extra:
+        # kube-scheduler refuses to start with two extenders that bind.
+        raise InvalidRequest(
+            f"extra_extenders: {extra[0].url} would be a second extender that binds beside "
+            f"vslice's at {extender_url}; kube-scheduler allows one: start the lab without "
+            "the vslice services (services=False) to register another",
+            field="extra_extenders",
+            value=extra[0].url,
+        )
+    extenders = [extender_entry(extender_url, tls)] if extender_url else []
+    extenders += [extender_entry(e.url, tls, e.resource) for e in extra]
+    if extenders:
+        document["extenders"] = extenders
     path.write_text(yaml.safe_dump(document, sort_keys=False))
     return path
 

@@ -65,6 +65,9 @@ class LabOptions:
     """URL kube-scheduler calls for GPU pods; None = the lab's own extender (if started)."""
     extra_node_resources: dict[str, str] = field(default_factory=dict)
     """Extended resources added to every simulated node (the benchmark's plain resource)."""
+    extra_extenders: tuple[configs.ExtraExtender, ...] = ()
+    """More extenders for kube-scheduler to call, each for pods asking its own resource (the
+    scheduling benchmark's null extender); they are not started by the lab."""
     ports: dict[str, int] = field(default_factory=dict)
     """Fixed ports by component name (see PORT_NAMES); the rest are picked free."""
     timeout: float = 120.0
@@ -259,6 +262,7 @@ def _control_plane(
         sched_kubeconfig,
         extender_url,
         tls=configs.ExtenderTls(certs.ca.cert, certs.scheduler),
+        extra=options.extra_extenders,
     )
     group = [
         components.kube_controller_manager(

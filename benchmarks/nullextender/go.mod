@@ -1,0 +1,3 @@
+module vslice.invalid/benchmarks/nullextender
+
+go 1.22
