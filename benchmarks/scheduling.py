@@ -222,11 +222,7 @@ def _namespace(core: k8s.CoreV1Api, namespace: str) -> None:
 def build_null_extender() -> tuple[Path | None, str]:
     """The null extender's binary, built from ``benchmarks/nullextender`` into the cache when
     its source changed (Go standard library only, so no module is fetched); or None and why."""
-    candidates = [
-        shutil.which("go"),
-        *(str(Path(c).expanduser()) for c in binaries_module.GO_CANDIDATES),
-    ]
-    go = next((c for c in candidates if c and Path(c).is_file()), None)
+    go = binaries_module.find_go()
     if go is None:
         return None, "no Go toolchain on PATH (install Go >= 1.22 or run .ci/setup)"
     out = binaries_module.cache_root().parent / "bench" / "nullextender"

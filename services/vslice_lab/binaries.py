@@ -273,9 +273,14 @@ GO_CANDIDATES: tuple[str, ...] = ("/usr/local/go/bin/go", "~/.cache/vslice/go/bi
 """Where Go is looked for after ``$PATH``: the official tarball's place, what .ci/setup fetches."""
 
 
-def _go() -> str:
+def find_go() -> str | None:
+    """The Go toolchain: ``$PATH`` first, then GO_CANDIDATES; None when there is none."""
     candidates = [shutil.which("go"), *(str(Path(c).expanduser()) for c in GO_CANDIDATES)]
-    go = next((c for c in candidates if c and Path(c).is_file()), None)
+    return next((c for c in candidates if c and Path(c).is_file()), None)
+
+
+def _go() -> str:
+    go = find_go()
     if go is None:
         raise BinaryError(
             "the Go toolchain (`go`, >= 1.26) is not on PATH, and the lab needs it once to build "
