@@ -31,8 +31,8 @@ from pathlib import Path
 
 import grpc
 import yaml
-from vslice_services.deviceplugin.api import deviceplugin_pb2 as pb
-from vslice_services.deviceplugin.api import deviceplugin_pb2_grpc as pb_grpc
+from vslice_node.deviceplugin.api import deviceplugin_pb2 as pb
+from vslice_node.deviceplugin.api import deviceplugin_pb2_grpc as pb_grpc
 
 NODE = "bench-node"
 

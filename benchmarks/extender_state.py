@@ -32,6 +32,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from vslice_control.extender.feed import Holds, NodeFeed, PodFeed
+from vslice_control.extender.trust import Proofs
 from vslice_core.annotations import ALLOCATION, NODE_GPUS, encode_allocation, encode_node_gpus
 from vslice_core.ledger import Ledger
 from vslice_core.model import (
@@ -44,8 +46,6 @@ from vslice_core.model import (
     PodRequest,
 )
 from vslice_core.proof import PROOF, Key, sign
-from vslice_services.extender.feed import Holds, NodeFeed, PodFeed
-from vslice_services.extender.trust import Proofs
 
 GPUS = 8
 KEY = Key("bench", bytes(range(32)))

@@ -34,9 +34,9 @@ from typing import Any
 import yaml
 from kubernetes import client as k8s
 from kubernetes import watch
+from vslice_build.images import SMOKE_IMAGE
 from vslice_kube.client import api_client
 from vslice_lab import lab as lab_module
-from vslice_lab.images import SMOKE_IMAGE
 from vslice_lab.layout import Layout
 
 NODE = "bench-real"

@@ -67,14 +67,14 @@ from typing import Any
 import yaml
 from kubernetes import client as k8s
 from kubernetes import watch
+from vslice_build import binaries as binaries_module
+from vslice_build.versions import KUBERNETES_VERSION
 from vslice_kube.client import api_client
-from vslice_lab import binaries as binaries_module
 from vslice_lab import lab as lab_module
 from vslice_lab.configs import ExtraExtender
 from vslice_lab.dra import supported as dra_supported
 from vslice_lab.layout import Layout
 from vslice_lab.ports import HOST, free_ports
-from vslice_lab.versions import KUBERNETES_VERSION
 
 PLAIN = "example.com/plain-gpu"
 NULL = "example.com/null-gpu"

@@ -7,15 +7,15 @@
 # it in the module cache).
 vslice_go_toolchain="go1.26.8"
 vslice_k8s_oldest="$(.venv/bin/python -c \
-  'from vslice_lab.versions import OLDEST_KUBERNETES_VERSION as v; print(v)')"
+  'from vslice_build.versions import OLDEST_KUBERNETES_VERSION as v; print(v)')"
 for dir in /usr/local/go/bin "$HOME/.cache/vslice/go/bin"; do
   if ! command -v go >/dev/null 2>&1 && [ -x "$dir/go" ]; then
     export PATH="$PATH:$dir"
   fi
 done
 if ! command -v go >/dev/null 2>&1 || ! go version | grep -qE 'go1\.(2[6-9]|[3-9][0-9])'; then
-  if ! .venv/bin/python -m vslice_lab.binaries --check >/dev/null 2>&1 ||
-    ! .venv/bin/python -m vslice_lab.binaries --check --no-node --version "$vslice_k8s_oldest" \
+  if ! .venv/bin/python -m vslice_build.binaries --check >/dev/null 2>&1 ||
+    ! .venv/bin/python -m vslice_build.binaries --check --no-node --version "$vslice_k8s_oldest" \
       >/dev/null 2>&1; then
     if ! command -v go >/dev/null 2>&1; then
       echo "30-k8s: the lab's binaries must be built once and no Go toolchain is installed;" >&2
@@ -27,5 +27,5 @@ if ! command -v go >/dev/null 2>&1 || ! go version | grep -qE 'go1\.(2[6-9]|[3-9
     go version
   fi
 fi
-.venv/bin/python -m vslice_lab.binaries
-.venv/bin/python -m vslice_lab.binaries --no-node --version "$vslice_k8s_oldest"
+.venv/bin/python -m vslice_build.binaries
+.venv/bin/python -m vslice_build.binaries --no-node --version "$vslice_k8s_oldest"

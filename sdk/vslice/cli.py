@@ -3,7 +3,9 @@
 Subcommands are imported only when they run, so ``vslice plan`` starts without loading
 gRPC or the Kubernetes client. Each command module provides
 ``add_arguments(parser: argparse.ArgumentParser) -> None`` and
-``run(args: argparse.Namespace) -> int`` (the exit status).
+``run(args: argparse.Namespace) -> int`` (the exit status). The data scientist's commands live
+in ``vslice.commands``; the operator's (``serve``, ``lab``, ``bundle``) in ``vslice_ops``,
+outside the SDK package, and are named here only as strings.
 
 An unknown option is reported with the usage of the (sub)command it was given to, and a
 reader that closes the pipe early (``vslice top | head -3``) ends the command quietly with
@@ -21,12 +23,12 @@ from collections.abc import Sequence
 # name -> (module, one-line help). Keep sorted by name.
 COMMANDS: dict[str, tuple[str, str]] = {
     "allocations": ("vslice.commands.allocations", "list who holds which GPU slice"),
-    "bundle": ("vslice.commands.bundle", "build or check the offline bundle hosts are set up from"),
+    "bundle": ("vslice_ops.bundle", "build or check the offline bundle hosts are set up from"),
     "delete": ("vslice.commands.delete", "give a slice back: delete a pod or Job by name"),
-    "lab": ("vslice.commands.lab", "run a local lab: real control plane, simulated GPU nodes"),
+    "lab": ("vslice_ops.lab", "run a local lab: real control plane, simulated GPU nodes"),
     "plan": ("vslice.commands.plan", "what-if placement: would this pod fit, where, and why not"),
     "request": ("vslice.commands.request", "submit a sliced pod from the shell and wait for it"),
-    "serve": ("vslice.commands.serve", "run a vslice service (scheduler, webhook, ...)"),
+    "serve": ("vslice_ops.serve", "run a vslice service (scheduler, webhook, ...)"),
     "top": (
         "vslice.commands.top",
         "per node and GPU: slots, memory and cores in use; the pods waiting for a slice",

@@ -20,7 +20,6 @@ import hmac
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 from vslice_core.errors import InvalidRequest
 
@@ -98,18 +97,6 @@ def parse_keys(text: str, source: str) -> dict[str, Key]:
     if not keys:
         raise InvalidRequest(f"{source} holds no key", field="allocation_key_file", value=source)
     return keys
-
-
-def load_keys(path: Path) -> dict[str, Key]:
-    try:
-        text = path.read_text()
-    except OSError as error:
-        raise InvalidRequest(
-            f"allocation key file {str(path)!r} cannot be read: {error.strerror}",
-            field="allocation_key_file",
-            value=str(path),
-        ) from None
-    return parse_keys(text, str(path))
 
 
 def signing_key(keys: Mapping[str, Key]) -> Key:

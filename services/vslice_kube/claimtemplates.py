@@ -1,7 +1,7 @@
 """The webhook's ResourceClaimTemplate calls (``resource.k8s.io/v1``): create one, read one.
 
 On the DRA path the webhook creates the template a GPU pod references before it admits the
-pod (``vslice_services.webhook.draconvert``). Bodies and answers are plain dicts (the typed
+pod (``vslice_control.webhook.draconvert``). Bodies and answers are plain dicts (the typed
 client models would drop fields newer than the client). Every call has a timeout shorter
 than the webhook's own (10 s), so a slow API server fails the one admission with a message
 instead of the API server timing out the call. Failures arrive as

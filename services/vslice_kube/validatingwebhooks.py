@@ -1,5 +1,5 @@
 """Registering a validating admission webhook (ValidatingWebhookConfiguration), create or
-replace: how the lab registers ``vslice_services.webhook.claimconfig``'s configuration."""
+replace: how the lab registers ``vslice_control.webhook.claimconfig``'s configuration."""
 
 from __future__ import annotations
 

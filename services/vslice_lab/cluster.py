@@ -12,6 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from vslice_control.webhook.claimconfig import claims_webhook_configuration
+from vslice_control.webhook.reach import match_conditions
+from vslice_control.webhook.statepolicy import state_policy
 from vslice_core.errors import Timeout
 from vslice_core.resources import DEFAULT_RESOURCE_NAMES, ResourceNames
 from vslice_kube.admissionpolicy import apply_validating_admission_policy
@@ -22,9 +25,6 @@ from vslice_kube.nodes import apply_node, ready_node_names
 from vslice_kube.rbac import apply_cluster_role, viewer_cluster_role
 from vslice_kube.validatingwebhooks import apply_validating_webhook
 from vslice_kube.webhooks import apply_mutating_webhook
-from vslice_services.webhook.claimconfig import claims_webhook_configuration
-from vslice_services.webhook.reach import match_conditions
-from vslice_services.webhook.statepolicy import state_policy
 
 from vslice_lab import dra
 from vslice_lab.inventory import SIMULATED_LABEL, SimulatedNode
@@ -32,7 +32,7 @@ from vslice_lab.inventory import SIMULATED_LABEL, SimulatedNode
 WEBHOOK_CONFIGURATION = "vslice-webhook"
 WEBHOOK_NAME = "gpu-pods.vslice.io"
 """The name the API server gives when it cannot call the webhook (``failed calling webhook
-"gpu-pods.vslice.io"``): only GPU pods (``vslice_services.webhook.reach``) wait for it."""
+"gpu-pods.vslice.io"``): only GPU pods (``vslice_control.webhook.reach``) wait for it."""
 WEBHOOK_OPT_OUT_LABEL = "vslice.io/webhook"
 """Label a namespace ``vslice.io/webhook: disabled`` to keep the webhook out of it."""
 SERVICES_GROUP = "vslice:services"

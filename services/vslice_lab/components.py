@@ -12,7 +12,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vslice_lab.binaries import Binaries
+from vslice_build.binaries import Binaries
+
 from vslice_lab.configs import ADMISSION_CONFIG
 from vslice_lab.health import Probe
 from vslice_lab.layout import Layout

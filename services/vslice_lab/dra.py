@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from vslice_core.dra.devices import device_class
 from vslice_kube.dra import DraApi
-from vslice_services.draplugin.publisher import SlicePublisher
+from vslice_node.dra.publisher import SlicePublisher
 
 from vslice_lab.inventory import SimulatedNode
 

@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vslice_build import binaries as binaries_module
+from vslice_build.versions import KUBERNETES_VERSION
 from vslice_core.dra import DRIVER
 from vslice_core.errors import InvalidRequest, VsliceError
 
-from vslice_lab import binaries as binaries_module
 from vslice_lab import components, configs, dra, pki, processes, realnode, state
 from vslice_lab.cluster import SERVICES_GROUP, LabCluster
 from vslice_lab.components import Certificates, Component
@@ -35,7 +36,6 @@ from vslice_lab.layout import Layout
 from vslice_lab.nodeconfig import ShimBuild, default_shim_build
 from vslice_lab.ports import HOST, free_ports, in_use
 from vslice_lab.state import LabRecord
-from vslice_lab.versions import KUBERNETES_VERSION
 
 DEFAULT_STATE_DIR = Path(".lab")
 DEFAULT_INVENTORY = Path("inventory/lab/cluster.yaml")
@@ -97,7 +97,7 @@ class LabAlreadyRunning(LabError):
 def services_installed() -> dict[str, bool]:
     """Which vslice services this installation can run."""
     return {
-        name: importlib.util.find_spec(f"vslice_services.{module}.main") is not None
+        name: importlib.util.find_spec(f"vslice_control.{module}.main") is not None
         for name, module in (("scheduler", "extender"), ("webhook", "webhook"))
     }
 

@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from vslice_build.binaries import NodeBinaries
 from vslice_core.model import NodeInventory
 
-from vslice_lab.binaries import NodeBinaries
 from vslice_lab.components import Component
 from vslice_lab.health import Probe
 from vslice_lab.pki import KeyPair

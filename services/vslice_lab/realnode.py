@@ -21,13 +21,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from vslice_build import images
+from vslice_build.binaries import NodeBinaries
 from vslice_core.annotations import NODE_GPUS
 from vslice_core.resources import DEFAULT_RESOURCE_NAMES
 from vslice_kube.client import api_client
 from vslice_kube.nodes import is_ready, read_node, set_node_addresses
 
-from vslice_lab import configs, hostchanges, images, nodeconfig, pki, processes, state
-from vslice_lab.binaries import NodeBinaries
+from vslice_lab import configs, hostchanges, nodeconfig, pki, processes, state
 from vslice_lab.components import Certificates, Component
 from vslice_lab.errors import LabError
 from vslice_lab.inventory import SimulatedNode

@@ -48,7 +48,7 @@ eval "$("$py" - "$work/images" <<'PY'
 import sys
 from pathlib import Path
 from vslice_lab import binaries, images
-from vslice_lab.versions import ETCD_VERSION, KUBERNETES_VERSION
+from vslice_build.versions import ETCD_VERSION, KUBERNETES_VERSION
 out = Path(sys.argv[1])
 bin_dir = binaries.cache_dir(KUBERNETES_VERSION) / "bin"
 node = binaries.ensure_node(KUBERNETES_VERSION)

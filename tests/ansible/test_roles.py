@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import yaml
 from bringup import HERE, ROLE_NAMES, ROLES, ROOT, run, tool
-from vslice_lab.bundle.manifest import Manifest, Target
-from vslice_lab.bundle.sums import seal
+from vslice_build.bundle.manifest import Manifest, Target
+from vslice_build.bundle.sums import seal
 
 
 def _defaults(role: str) -> dict[str, object]:
@@ -605,7 +605,7 @@ def _render_control_plane_template(name: str, **variables: object) -> list[dict[
 
 
 def test_the_roles_state_policy_is_the_one_the_lab_installs() -> None:
-    from vslice_services.webhook.statepolicy import state_policy
+    from vslice_control.webhook.statepolicy import state_policy
 
     rendered = _render_control_plane_template("state-policy.yaml.j2")
     accounts = [

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from conftest import LabHandle
 from kubernetes.client.exceptions import ApiException
+from vslice_build.images import SMOKE_IMAGE
 from vslice_core.model import Gpu
-from vslice_lab.images import SMOKE_IMAGE
 from vslice_lab.inventory import load_inventory
 from vslice_lab.layout import Layout
 from vslice_lab.nodeconfig import NodeLayout

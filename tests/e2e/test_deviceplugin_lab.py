@@ -21,10 +21,10 @@ from vslice_kube.client import api_client
 from vslice_kube.nodestate import NodeState
 from vslice_lab.lab import services_kubeconfig_path
 from vslice_lab.layout import Layout
-from vslice_services.deviceplugin.api import deviceplugin_pb2 as pb
-from vslice_services.deviceplugin.backends.static import StaticBackend
-from vslice_services.deviceplugin.plugin import DevicePlugin
-from vslice_services.deviceplugin.settings import DevicePluginSettings
+from vslice_node.agent.nodeagent import DevicePlugin
+from vslice_node.agent.settings import DevicePluginSettings
+from vslice_node.deviceplugin.api import deviceplugin_pb2 as pb
+from vslice_node.gpus.backends.static import StaticBackend
 
 # The kubelet's side of the protocol lives with the service tests.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "services"))

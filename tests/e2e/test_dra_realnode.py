@@ -20,9 +20,9 @@ import pytest
 import vslice
 from kubernetes import client as k8s
 from realnode_pods import RealNode, finished, parse_smoke, running
+from vslice_build.images import SMOKE_IMAGE
 from vslice_core.dra import DEVICE_CLASS, DRIVER
 from vslice_lab import lab as lab_module
-from vslice_lab.images import SMOKE_IMAGE
 
 pytestmark = pytest.mark.timeout(300)
 STEP_MIB = 256

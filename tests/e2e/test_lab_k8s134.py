@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 from kubernetes import client as k8s
+from vslice_build.versions import OLDEST_KUBERNETES_VERSION
 from vslice_core.annotations import ALLOCATION, decode_allocation
 from vslice_kube.client import api_client
 from vslice_lab import lab as lab_module
 from vslice_lab.errors import LabError
 from vslice_lab.layout import Layout
-from vslice_lab.versions import OLDEST_KUBERNETES_VERSION
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client as k8s
+from vslice_build.binaries import ALL_BINARIES, ensure
 from vslice_kube.client import api_client
 from vslice_lab import lab as lab_module
 from vslice_lab import processes, state
-from vslice_lab.binaries import ALL_BINARIES, ensure
 from vslice_lab.layout import Layout
 
 pytestmark = pytest.mark.timeout(300)

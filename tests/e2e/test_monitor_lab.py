@@ -8,9 +8,9 @@ from pathlib import Path
 from conftest import LabHandle
 from prometheus_client.parser import text_string_to_metric_families
 from vslice_kube.nodestate import NodeState
-from vslice_services.monitor.main import metrics_service
-from vslice_services.monitor.podnames import PodNames
-from vslice_services.monitor.settings import MonitorSettings
+from vslice_node.monitor.main import metrics_service
+from vslice_node.monitor.podnames import PodNames
+from vslice_node.monitor.settings import MonitorSettings
 from vslice_shim.region import DeviceLimit, create_region
 
 NODE = "lab-t4"

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import vslice
 from realnode_pods import RealNode, parse_smoke
-from vslice_lab import images
+from vslice_build import images
 
 pytestmark = pytest.mark.timeout(240)
 STEP_MIB = 256

@@ -19,8 +19,9 @@ import pytest
 import yaml
 from conftest import LabHandle
 from hostprint import differences, fingerprint
-from vslice_lab import binaries, nodeconfig, state
+from vslice_build import binaries
 from vslice_lab import lab as lab_module
+from vslice_lab import nodeconfig, state
 from vslice_lab.layout import Layout
 
 

@@ -8,11 +8,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from vslice_lab.bundle import debs, manifest
-from vslice_lab.bundle.build import platform_tags, source_root
-from vslice_lab.bundle.manifest import BundleError, FileEntry, Host, ImageEntry, Manifest
-from vslice_lab.bundle.sums import seal
-from vslice_lab.bundle.verify import verify
+from vslice_build.bundle import debs, manifest
+from vslice_build.bundle.build import platform_tags, source_root
+from vslice_build.bundle.manifest import BundleError, FileEntry, Host, ImageEntry, Manifest
+from vslice_build.bundle.sums import seal
+from vslice_build.bundle.verify import verify
 
 DEBIAN12 = manifest.TARGETS["debian12"]
 

@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
+from vslice_build import images
 from vslice_core.errors import InvalidRequest
-from vslice_lab import images
 
 
 def _members(archive: Path) -> dict[str, bytes]:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from vslice_lab import binaries, configs, pki
+from vslice_build import binaries
+from vslice_lab import configs, pki
 from vslice_lab.inventory import load_inventory
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,8 +8,8 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from vslice_build.binaries import NodeBinaries
 from vslice_lab import hostchanges, nodeconfig, realnode
-from vslice_lab.binaries import NodeBinaries
 from vslice_lab.inventory import load_inventory
 from vslice_lab.pki import KeyPair
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from vslice_lab import binaries
+from vslice_build import binaries
 
 # Shaped like k8s.io/kubernetes' go.mod (1.36): requires of the same modules at v0.0.0 that
 # must not count, a replace block, and a replace of a non-staging module that must not count

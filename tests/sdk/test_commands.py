@@ -162,7 +162,7 @@ def test_delete_refuses_a_name_that_cannot_be_a_pod(capsys: pytest.CaptureFixtur
 
 
 def test_the_example_command_is_quoted_for_pasting(monkeypatch: pytest.MonkeyPatch) -> None:
-    from vslice.commands import lab
+    from vslice_ops import lab
 
     monkeypatch.setattr(lab, "vslice_program", lambda: ["/opt/my env/bin/vslice"])
     line = lab.shell_command(["request", "--kubeconfig", "/tmp/lab (1)/kubeconfig", "img"])
@@ -177,7 +177,7 @@ def test_the_example_runs_the_same_vslice_when_it_is_not_on_path(
 ) -> None:
     import sys
 
-    from vslice.commands import lab
+    from vslice_ops import lab
 
     entry = tmp_path / "bin" / "vslice"
     entry.parent.mkdir()

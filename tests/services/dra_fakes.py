@@ -9,7 +9,7 @@ from typing import Any
 
 from vslice_core.dra import DRIVER
 from vslice_core.errors import ClusterError
-from vslice_services.draplugin.claims import ClaimRef
+from vslice_node.dra.claims import ClaimRef
 
 NODE = "node-a"
 REF = ClaimRef(namespace="team", uid="claim-uid-1", name="train-gpu")

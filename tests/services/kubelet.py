@@ -19,10 +19,10 @@ from concurrent import futures
 from pathlib import Path
 
 import grpc
-from vslice_services.deviceplugin.api import deviceplugin_pb2 as pb
-from vslice_services.deviceplugin.api import deviceplugin_pb2_grpc as pb_grpc
-from vslice_services.deviceplugin.api import podresources_pb2 as pr
-from vslice_services.deviceplugin.api import podresources_pb2_grpc as pr_grpc
+from vslice_node.deviceplugin.api import deviceplugin_pb2 as pb
+from vslice_node.deviceplugin.api import deviceplugin_pb2_grpc as pb_grpc
+from vslice_node.deviceplugin.api import podresources_pb2 as pr
+from vslice_node.deviceplugin.api import podresources_pb2_grpc as pr_grpc
 
 
 class Kubelet(pb_grpc.RegistrationServicer):

@@ -17,12 +17,12 @@ import yaml
 from kubelet import plugin_client
 from vslice_core import annotations as ann
 from vslice_core.model import Allocation, ContainerAllocation, GpuGrant
-from vslice_services.deviceplugin.api import deviceplugin_pb2 as pb
-from vslice_services.deviceplugin.api import deviceplugin_pb2_grpc as pb_grpc
-from vslice_services.deviceplugin.backends.static import StaticBackend
-from vslice_services.deviceplugin.nodeapi import MemoryNodeApi
-from vslice_services.deviceplugin.plugin import DevicePlugin
-from vslice_services.deviceplugin.settings import DevicePluginSettings
+from vslice_node.agent.nodeagent import DevicePlugin
+from vslice_node.agent.settings import DevicePluginSettings
+from vslice_node.deviceplugin.api import deviceplugin_pb2 as pb
+from vslice_node.deviceplugin.api import deviceplugin_pb2_grpc as pb_grpc
+from vslice_node.gpus.backends.static import StaticBackend
+from vslice_node.nodeapi import MemoryNodeApi
 
 NODE = "gpu-node-1"
 GPU_A = "GPU-6c7f0d8e-0000-4000-8000-00000000000a"

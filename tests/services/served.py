@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from vslice_lab.pki import KeyPair, ensure_ca, issue
-from vslice_services.httpserve import HttpService
+from vslice_serving.httpserve import HttpService
 
 
 @dataclass

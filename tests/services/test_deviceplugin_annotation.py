@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from vslice_core import annotations as ann
 from vslice_core.model import Gpu, NodeInventory
-from vslice_services.deviceplugin.inventory_annotation import InventoryAnnotation
-from vslice_services.deviceplugin.nodeapi import MemoryNodeApi
+from vslice_node.gpus.inventory_annotation import InventoryAnnotation
+from vslice_node.nodeapi import MemoryNodeApi
 
 NODE = "n1"
 

@@ -33,7 +33,7 @@ from plugin_lab import (
     inventory,
     make_lab,
 )
-from vslice_services.deviceplugin.delivery import delivery
+from vslice_node.handover.container import delivery
 
 SPEC = "vslice.io-gpu.json"
 GPU_C = "GPU-6c7f0d8e-0000-4000-8000-00000000000c"

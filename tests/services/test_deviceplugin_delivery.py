@@ -12,9 +12,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from vslice_core.errors import InvalidRequest
 from vslice_core.model import GpuGrant
-from vslice_services.deviceplugin import cdispec
-from vslice_services.deviceplugin.cdispec import DeviceNumbers
-from vslice_services.deviceplugin.delivery import (
+from vslice_node.agent.settings import DevicePluginSettings
+from vslice_node.handover import cdispec
+from vslice_node.handover.cdispec import DeviceNumbers
+from vslice_node.handover.container import (
     Delivery,
     Handover,
     Layout,
@@ -23,10 +24,9 @@ from vslice_services.deviceplugin.delivery import (
     environment,
     limits_text,
 )
-from vslice_services.deviceplugin.driver import Driver
-from vslice_services.deviceplugin.edits import DeviceNodeSpec, MountSpec
-from vslice_services.deviceplugin.settings import DevicePluginSettings
-from vslice_services.settings import load_settings
+from vslice_node.handover.driver import Driver
+from vslice_node.handover.edits import DeviceNodeSpec, MountSpec
+from vslice_serving.settings import load_settings
 
 SHIM = "/usr/local/vslice/lib/libvslice.so"
 PRELOAD = "/usr/local/vslice/ld.so.preload"

@@ -35,7 +35,8 @@ from plugin_lab import (
     make_lab,
 )
 from vslice_core import annotations as ann
-from vslice_services.deviceplugin.api import deviceplugin_pb2 as pb
+from vslice_node.deviceplugin.api import deviceplugin_pb2 as pb
+from vslice_node.handover.files import LIMITS_MODE
 
 
 @pytest.fixture
@@ -183,6 +184,9 @@ def test_allocate_hands_over_the_pods_slice_and_marks_it_delivered(running: Lab)
     ]
     host_dir = running.cache_root / "uid-train" / "main"
     assert stat.S_IMODE(host_dir.stat().st_mode) == 0o777
+    limits = running.files / "limits" / "uid-train" / "main" / "limits"
+    assert stat.S_IMODE(limits.stat().st_mode) == LIMITS_MODE == 0o444
+    assert stat.S_IMODE(limits.parent.stat().st_mode) == 0o755
     assert delivered(running.api, "train") == ["main"]
 
 

@@ -11,22 +11,22 @@ from hypothesis import strategies as st
 from vslice_core import annotations as ann
 from vslice_core.errors import DecodeError, InvalidRequest
 from vslice_core.model import Allocation, ContainerAllocation, GpuGrant
-from vslice_services.deviceplugin.allocator import pod_facts
-from vslice_services.deviceplugin.api import podresources_pb2 as pr
-from vslice_services.deviceplugin.devices import (
+from vslice_node.deviceplugin.allocator import pod_facts
+from vslice_node.deviceplugin.api import podresources_pb2 as pr
+from vslice_node.deviceplugin.devices import (
     VirtualDevice,
     gpus_of,
     parse_device_id,
     virtual_devices,
 )
-from vslice_services.deviceplugin.pending import (
+from vslice_node.deviceplugin.pending import (
     KubeletView,
     PodFacts,
     choose,
     pending_containers,
 )
-from vslice_services.deviceplugin.podresources import kubelet_view
-from vslice_services.deviceplugin.preferred import preferred_ids
+from vslice_node.deviceplugin.podresources import kubelet_view
+from vslice_node.deviceplugin.preferred import preferred_ids
 
 NODE = "n1"
 T0, T1 = "2026-01-01T10:00:00Z", "2026-01-01T10:00:01Z"

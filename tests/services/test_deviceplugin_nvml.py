@@ -11,8 +11,8 @@ from fake_nvml import fake_nvml_env, fake_uuid, run_probe
 
 PROBE = """
 import json
-from vslice_services.deviceplugin.backends.nvml import NvmlBackend
-from vslice_services.deviceplugin.devices import virtual_devices
+from vslice_node.gpus.backends.nvml import NvmlBackend
+from vslice_node.deviceplugin.devices import virtual_devices
 backend = NvmlBackend("node-1", slots=4)
 inventory = backend.inventory()
 backend.wait_for_change(0.05)  # no XID events in the fake: just waits
@@ -49,8 +49,8 @@ def test_nvml_backend_reads_every_gpu_through_pynvml(tmp_path: Path) -> None:
 
 def test_nvml_backend_without_a_driver_fails_with_one_clear_line(tmp_path: Path) -> None:
     probe = (
-        "from vslice_services.deviceplugin.backends.nvml import NvmlBackend\n"
-        "from vslice_services.deviceplugin.backends import BackendUnavailable\n"
+        "from vslice_node.gpus.backends.nvml import NvmlBackend\n"
+        "from vslice_node.gpus.backends import BackendUnavailable\n"
         "try:\n    NvmlBackend('n', 1)\nexcept BackendUnavailable as e:\n    print(e)\n"
     )
     env = {**fake_nvml_env(tmp_path), "LD_LIBRARY_PATH": str(tmp_path)}  # no library there

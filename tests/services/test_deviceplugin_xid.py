@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pynvml
-from vslice_services.deviceplugin.backends.nvml import NvmlBackend
-from vslice_services.deviceplugin.nodeapi import MemoryNodeApi
-from vslice_services.deviceplugin.plugin import DevicePlugin
-from vslice_services.deviceplugin.settings import DevicePluginSettings
+from vslice_node.agent.nodeagent import DevicePlugin
+from vslice_node.agent.settings import DevicePluginSettings
+from vslice_node.gpus.backends.nvml import NvmlBackend
+from vslice_node.nodeapi import MemoryNodeApi
 
 UUIDS = ["GPU-11111111-0000-4000-8000-000000000000", "GPU-11111111-0000-4000-8000-000000000001"]
 

@@ -21,18 +21,18 @@ from pathlib import Path
 import grpc
 import pytest
 from vslice_core.errors import ClusterError
-from vslice_services.draplugin.api import dra_pb2 as pb
-from vslice_services.draplugin.api import dra_pb2_grpc as pb_grpc
-from vslice_services.draplugin.api import pluginregistration_pb2 as reg
-from vslice_services.draplugin.api import pluginregistration_pb2_grpc as reg_grpc
-from vslice_services.draplugin.claims import (
+from vslice_node.dra.api import dra_pb2 as pb
+from vslice_node.dra.api import dra_pb2_grpc as pb_grpc
+from vslice_node.dra.api import pluginregistration_pb2 as reg
+from vslice_node.dra.api import pluginregistration_pb2_grpc as reg_grpc
+from vslice_node.dra.claims import (
     ClaimError,
     ClaimPreparer,
     ClaimRef,
     Prepared,
     PreparedDevice,
 )
-from vslice_services.draplugin.server import DRAPluginServer, remove_stale_socket
+from vslice_node.dra.server import DRAPluginServer, remove_stale_socket
 
 GOOD = pb.Claim(namespace="team-a", uid="uid-good", name="train-gpu")
 BAD = pb.Claim(namespace="team-a", uid="uid-bad", name="broken-gpu")

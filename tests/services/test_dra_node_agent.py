@@ -15,10 +15,10 @@ from dra_fakes import Claims, Slices, allocated_claim
 from plugin_lab import GPU_A, GPU_B, NODE, Lab, make_lab
 from vslice_core import annotations as ann
 from vslice_core.dra import DRIVER
-from vslice_services.deviceplugin.api import deviceplugin_pb2 as dp
-from vslice_services.draplugin.api import dra_pb2 as pb
-from vslice_services.draplugin.api import dra_pb2_grpc as pb_grpc
-from vslice_services.draplugin.claims import ClaimRef
+from vslice_node.deviceplugin.api import deviceplugin_pb2 as dp
+from vslice_node.dra.api import dra_pb2 as pb
+from vslice_node.dra.api import dra_pb2_grpc as pb_grpc
+from vslice_node.dra.claims import ClaimRef
 
 
 def wait_until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:

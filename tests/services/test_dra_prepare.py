@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import stat
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -15,14 +16,15 @@ import pytest
 from dra_fakes import NODE, REF, Claims, Slices, allocated_claim
 from vslice_core.errors import ClusterError
 from vslice_core.model import Gpu, GpuGrant, NodeInventory
-from vslice_services.deviceplugin.delivery import Handover, Layout, cdi_spec, delivery
-from vslice_services.deviceplugin.driver import Driver
-from vslice_services.deviceplugin.hostfiles import device_numbers
-from vslice_services.deviceplugin.specfile import SpecFile
-from vslice_services.draplugin.checkpoint import Checkpoint
-from vslice_services.draplugin.claims import ClaimError, ClaimRef, Prepared
-from vslice_services.draplugin.prepare import ClaimPreparer, claim_spec_path
-from vslice_services.draplugin.publisher import SlicePublisher
+from vslice_node.dra.claims import ClaimError, ClaimRef, Prepared
+from vslice_node.dra.prepare import ClaimPreparer, claim_spec_path
+from vslice_node.dra.publisher import SlicePublisher
+from vslice_node.handover.checkpoint import Checkpoint
+from vslice_node.handover.container import Handover, Layout, cdi_spec, delivery
+from vslice_node.handover.driver import Driver
+from vslice_node.handover.files import LIMITS_MODE
+from vslice_node.handover.hostfiles import device_numbers
+from vslice_node.handover.specfile import SpecFile
 
 GPU_A = "GPU-11111111-0000-4000-8000-00000000000a"
 GPU_B = "GPU-11111111-0000-4000-8000-00000000000b"
@@ -80,7 +82,13 @@ def test_a_prepared_claim_gets_its_limits_region_and_cdi_devices(
         f"vslice.io/gpu={GPU_B}",
         f"vslice.io/claim={REF.uid}-main",
     )
-    limits = (tmp_path / "limits" / REF.uid / "main" / "limits").read_text()
+    limits_file = tmp_path / "limits" / REF.uid / "main" / "limits"
+    # The same file, mode and directory mode as on the device-plugin path
+    # (test_deviceplugin_grpc: one writer, vslice_node.handover.files, serves both).
+    assert stat.S_IMODE(limits_file.stat().st_mode) == LIMITS_MODE == 0o444
+    assert stat.S_IMODE(limits_file.parent.stat().st_mode) == 0o755
+    assert stat.S_IMODE((tmp_path / "regions" / REF.uid / "main").stat().st_mode) == 0o777
+    limits = limits_file.read_text()
     assert "CUDA_DEVICE_MEMORY_LIMIT_0=4096m" in limits
     assert "CUDA_DEVICE_SM_LIMIT_0=25" in limits
     assert (tmp_path / "regions" / REF.uid / "main").is_dir()

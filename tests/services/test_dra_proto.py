@@ -26,12 +26,12 @@ from types import ModuleType
 
 import pytest
 from google.protobuf import descriptor_pb2
-from vslice_services.draplugin import registration
-from vslice_services.draplugin.api import dra_pb2, pluginregistration_pb2
+from vslice_node.dra import registration
+from vslice_node.dra.api import dra_pb2, pluginregistration_pb2
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = ROOT / "services"
-API = SERVICES / "vslice_services" / "draplugin" / "api"
+API = SERVICES / "vslice_node" / "dra" / "api"
 KUBELET_MODULE = "k8s.io/kubelet@v0.36.3"
 
 # (our file, upstream file inside the kubelet module)

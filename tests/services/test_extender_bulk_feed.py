@@ -9,13 +9,13 @@ from collections.abc import Callable
 from typing import Any
 
 from test_extender_http import GIB, allocation_on, node, pod
+from vslice_control.extender.feed import Holds, NodeFeed, PodFeed
+from vslice_control.extender.trust import Proofs
 from vslice_core.annotations import ALLOCATION
 from vslice_core.ledger import Ledger
 from vslice_core.model import ContainerRequest, PodRequest
 from vslice_core.proof import PROOF, Key, sign
 from vslice_core.ranking import IDLE_LEVELS, POLICIES
-from vslice_services.extender.feed import Holds, NodeFeed, PodFeed
-from vslice_services.extender.trust import Proofs
 
 KEY = Key("k1", b"k" * 32)
 NODES = [node("node-a", 16 * GIB, 16 * GIB), node("node-b", 16 * GIB), node("node-c", 8 * GIB)]

@@ -16,18 +16,18 @@ from typing import Any
 
 import pytest
 from served import call
+from vslice_control.extender.feed import Holds
+from vslice_control.extender.main import VERBS, routes
+from vslice_control.extender.metrics import ExtenderMetrics
+from vslice_control.extender.verbs import Extender
 from vslice_core.annotations import NODE_LOCK, NodeLock, decode_node_lock, encode_node_lock
 from vslice_core.errors import InvalidRequest
 from vslice_core.ledger import Ledger
 from vslice_core.resources import DEFAULT_RESOURCE_NAMES
 from vslice_kube.nodelock import LockBusy, NodeLocker
 from vslice_lab.pki import KeyPair, ensure_ca, issue
-from vslice_services.extender.feed import Holds
-from vslice_services.extender.main import VERBS, routes
-from vslice_services.extender.metrics import ExtenderMetrics
-from vslice_services.extender.verbs import Extender
-from vslice_services.httpserve import ClientAuth, HttpService, ReloadingTlsContext
-from vslice_services.settings import SchedulerSettings, load_settings
+from vslice_serving.httpserve import ClientAuth, HttpService, ReloadingTlsContext
+from vslice_serving.settings import SchedulerSettings, load_settings
 
 FILTER = {"Pod": {"metadata": {"name": "p", "uid": "u"}, "spec": {}}, "NodeNames": []}
 

@@ -15,15 +15,15 @@ from typing import Any
 
 import pytest
 from served import Reply, call
+from vslice_control.extender.feed import Holds, NodeFeed, PodFeed
+from vslice_control.extender.main import routes
+from vslice_control.extender.metrics import ExtenderMetrics
+from vslice_control.extender.verbs import Extender
 from vslice_core.annotations import ALLOCATION, NODE_GPUS, encode_allocation, encode_node_gpus
 from vslice_core.ledger import Ledger
 from vslice_core.model import Allocation, ContainerAllocation, Gpu, GpuGrant, NodeInventory
 from vslice_core.resources import DEFAULT_RESOURCE_NAMES
-from vslice_services.extender.feed import Holds, NodeFeed, PodFeed
-from vslice_services.extender.main import routes
-from vslice_services.extender.metrics import ExtenderMetrics
-from vslice_services.extender.verbs import Extender
-from vslice_services.httpserve import HttpService
+from vslice_serving.httpserve import HttpService
 
 GPU, MEM, CORES = (
     DEFAULT_RESOURCE_NAMES.gpu,

@@ -9,10 +9,10 @@ import re
 from pathlib import Path
 
 import pytest
+from vslice_control.extender.leadership import LeaderGate, NotActive
 from vslice_core.errors import InvalidRequest
 from vslice_kube.lease import LeaseTiming
-from vslice_services.extender.leadership import LeaderGate, NotActive
-from vslice_services.settings import SchedulerSettings, load_settings
+from vslice_serving.settings import SchedulerSettings, load_settings
 
 
 class Lease:

@@ -7,9 +7,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from vslice_control.extender.nodegate import NodeGates
 from vslice_core.errors import ClusterError
 from vslice_kube.nodelock import Held
-from vslice_services.extender.nodegate import NodeGates
 
 
 class CountingLocks:

@@ -6,10 +6,10 @@ import logging
 from typing import Any
 
 import pytest
+from vslice_control.quota import QuotaBook, exceeded, limits_from_quotas, request_totals
 from vslice_core.model import NamespaceQuota, QuotaLimits
 from vslice_core.requests import pod_request
 from vslice_core.resources import DEFAULT_RESOURCE_NAMES, ResourceNames
-from vslice_services.quota import QuotaBook, exceeded, limits_from_quotas, request_totals
 
 NAMES = DEFAULT_RESOURCE_NAMES
 

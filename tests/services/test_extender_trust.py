@@ -16,17 +16,17 @@ from typing import Any
 import pytest
 from served import Reply, call
 from test_extender_http import GIB, allocation_on, node, pod
+from vslice_control.extender.feed import Holds, NodeFeed, PodFeed
+from vslice_control.extender.main import routes
+from vslice_control.extender.metrics import ExtenderMetrics
+from vslice_control.extender.trust import Proofs, Reports
+from vslice_control.extender.verbs import Extender
 from vslice_core.annotations import ALLOCATION, BIND_TIME
 from vslice_core.ledger import Ledger
 from vslice_core.proof import PROOF, Key, check, sign
 from vslice_core.resources import DEFAULT_RESOURCE_NAMES
 from vslice_kube.nodelock import Held
-from vslice_services.extender.feed import Holds, NodeFeed, PodFeed
-from vslice_services.extender.main import routes
-from vslice_services.extender.metrics import ExtenderMetrics
-from vslice_services.extender.trust import Proofs, Reports
-from vslice_services.extender.verbs import Extender
-from vslice_services.httpserve import HttpService
+from vslice_serving.httpserve import HttpService
 
 OLD = Key("k1", b"o" * 32)
 NEW = Key("k2", b"n" * 32)

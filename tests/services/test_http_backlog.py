@@ -12,7 +12,7 @@ import threading
 import time
 
 from served import running
-from vslice_services.httpserve import HttpService, Response
+from vslice_serving.httpserve import HttpService, Response
 
 BURST = 64
 

@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 
 from vslice_core.model import GpuGrant
-from vslice_services.deviceplugin.nodeapi import MemoryNodeApi
-from vslice_services.draplugin.checkpoint import Checkpoint, PreparedClaim, prepared_claims
-from vslice_services.monitor.podnames import PodNames
+from vslice_node.handover.checkpoint import Checkpoint, PreparedClaim, prepared_claims
+from vslice_node.monitor.podnames import PodNames
+from vslice_node.nodeapi import MemoryNodeApi
 
 NODE = "node-a"
 

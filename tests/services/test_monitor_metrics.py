@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from vslice_services.httpserve import HttpService
-from vslice_services.monitor import regions
-from vslice_services.monitor.collector import Utilization
-from vslice_services.monitor.main import metrics_service, no_names
-from vslice_services.monitor.settings import MonitorSettings
+from vslice_node.monitor import regions
+from vslice_node.monitor.collector import Utilization
+from vslice_node.monitor.main import metrics_service, no_names
+from vslice_node.monitor.settings import MonitorSettings
+from vslice_serving.httpserve import HttpService
 from vslice_shim import abi, open_region
 from vslice_shim.region import DeviceLimit, create_region
 
@@ -194,7 +194,7 @@ class _CountingApi:
 
 
 def test_a_pod_newer_than_the_last_refresh_is_named_at_once_but_not_asked_for_twice() -> None:
-    from vslice_services.monitor.podnames import PodNames
+    from vslice_node.monitor.podnames import PodNames
 
     api = _CountingApi()
     now = [100.0]

@@ -8,7 +8,7 @@ from fake_nvml import fake_uuid, run_probe
 
 PROBE = """
 import json
-from vslice_services.monitor.nodegpus import NodeGpuCollector, start_nvml
+from vslice_node.monitor.nodegpus import NodeGpuCollector, start_nvml
 nvml = start_nvml()
 samples = {}
 for family in NodeGpuCollector(nvml).collect():

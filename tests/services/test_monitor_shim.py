@@ -18,15 +18,15 @@ import pytest
 from fake_nvml import FAKE_DIR, ROOT, fake_uuid
 from prometheus_client.parser import text_string_to_metric_families
 from vslice_core.model import GpuGrant
-from vslice_services.deviceplugin.delivery import (
+from vslice_node.handover.container import (
     REGION_FILE,
     Handover,
     Layout,
     delivery,
     limits_text,
 )
-from vslice_services.monitor.main import metrics_service
-from vslice_services.monitor.settings import MonitorSettings
+from vslice_node.monitor.main import metrics_service
+from vslice_node.monitor.settings import MonitorSettings
 
 SHIM = ROOT / "shim" / "build" / "libvslice.so"
 PROBE = ROOT / "shim" / "build" / "tests" / "probe"

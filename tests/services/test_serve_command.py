@@ -21,8 +21,8 @@ import pytest
 import yaml
 from served import Reply, call, client_context, serving_pair
 from vslice_core.errors import InvalidRequest
-from vslice_services.httpserve import HttpService, Response
-from vslice_services.settings import SchedulerSettings, WebhookSettings, load_settings
+from vslice_serving.httpserve import HttpService, Response
+from vslice_serving.settings import SchedulerSettings, WebhookSettings, load_settings
 
 VSLICE = [sys.executable, "-m", "vslice.cli"]
 
@@ -143,8 +143,8 @@ def _wait_for_health(port: int, tls: ssl.SSLContext) -> Reply:
 
 
 def test_every_setting_of_every_service_is_in_the_configuration_reference() -> None:
-    from vslice_services.deviceplugin.settings import DevicePluginSettings
-    from vslice_services.monitor.settings import MonitorSettings
+    from vslice_node.agent.settings import DevicePluginSettings
+    from vslice_node.monitor.settings import MonitorSettings
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
     sections = {

@@ -20,14 +20,14 @@ from typing import Any
 
 import pytest
 from served import Reply, apply_patch, call, client_context, running, serving_pair
+from vslice_control.quota import QuotaBook
+from vslice_control.webhook.jsonpatch import pointer
+from vslice_control.webhook.main import MUTATE_PATH, handle_review
+from vslice_control.webhook.policy import WebhookPolicy
 from vslice_core.annotations import POD_STATE
 from vslice_core.resources import DEFAULT_RESOURCE_NAMES
 from vslice_lab.pki import KeyPair, ensure_ca, issue
-from vslice_services.httpserve import HttpService, ReloadingTlsContext
-from vslice_services.quota import QuotaBook
-from vslice_services.webhook.jsonpatch import pointer
-from vslice_services.webhook.main import MUTATE_PATH, handle_review
-from vslice_services.webhook.policy import WebhookPolicy
+from vslice_serving.httpserve import HttpService, ReloadingTlsContext
 
 GPU, MEM, PCT, CORES = (
     DEFAULT_RESOURCE_NAMES.gpu,
@@ -521,8 +521,8 @@ def test_a_body_nested_100000_deep_gets_400_not_500(webhook: Webhook) -> None:
 
 @pytest.fixture
 def guarded(tmp_path: Path) -> Iterator[tuple[int, KeyPair, Path]]:
-    from vslice_services.settings import WebhookSettings
-    from vslice_services.webhook.main import client_auth
+    from vslice_control.webhook.main import client_auth
+    from vslice_serving.settings import WebhookSettings
 
     ca, serving = serving_pair(tmp_path)
     settings = WebhookSettings(

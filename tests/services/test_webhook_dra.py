@@ -18,20 +18,20 @@ import jinja2
 import pytest
 import yaml
 from served import apply_patch
-from vslice_core.dra import claims
-from vslice_core.dra.claims import CLAIM_NAME
-from vslice_core.errors import ClusterError
-from vslice_core.resources import DEFAULT_RESOURCE_NAMES
-from vslice_services.settings import WebhookSettings
-from vslice_services.webhook import claimconfig
-from vslice_services.webhook.draconvert import (
+from vslice_control.webhook import claimconfig
+from vslice_control.webhook.draconvert import (
     MANAGED_BY,
     claim_template,
     ensure_template,
 )
-from vslice_services.webhook.main import handle_review, policy_from
-from vslice_services.webhook.policy import WebhookPolicy
-from vslice_services.webhook.routing import PATH_LABEL, NamespaceLabels, choose_path
+from vslice_control.webhook.main import handle_review, policy_from
+from vslice_control.webhook.policy import WebhookPolicy
+from vslice_control.webhook.routing import PATH_LABEL, NamespaceLabels, choose_path
+from vslice_core.dra import claims
+from vslice_core.dra.claims import CLAIM_NAME
+from vslice_core.errors import ClusterError
+from vslice_core.resources import DEFAULT_RESOURCE_NAMES
+from vslice_serving.settings import WebhookSettings
 
 GPU, MEM, PCT, CORES = (
     DEFAULT_RESOURCE_NAMES.gpu,

@@ -1,7 +1,7 @@
 """Which pods the API server sends to the webhook (``matchConditions``): every pod the webhook
 would change or refuse, and nothing the webhook leaves alone needs it.
 
-``selected`` reads a pod the way the CEL expression of ``vslice_services.webhook.reach`` does;
+``selected`` reads a pod the way the CEL expression of ``vslice_control.webhook.reach`` does;
 the end-to-end test (tests/e2e/test_webhook_reach.py) checks the API server's own evaluation of
 the expression against the same kinds of pods.
 """
@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from vslice_control.webhook.policy import WebhookPolicy, review_pod
+from vslice_control.webhook.reach import VISIBLE_PREFIX, expression, match_conditions
+from vslice_control.webhook.review import AdmissionRequest
 from vslice_core.annotations import POD_STATE
 from vslice_core.resources import DEFAULT_RESOURCE_NAMES, ResourceNames
 from vslice_lab.cluster import webhook_configuration
-from vslice_services.webhook.policy import WebhookPolicy, review_pod
-from vslice_services.webhook.reach import VISIBLE_PREFIX, expression, match_conditions
-from vslice_services.webhook.review import AdmissionRequest
 
 NAMES = DEFAULT_RESOURCE_NAMES
 VISIBLE = "NVIDIA_VISIBLE_DEVICES"

@@ -1,7 +1,7 @@
 """vslice's DRA driver ``gpu.vslice.io``, in pure functions: what a node publishes
 (:mod:`.devices`), what a claim asks (:mod:`.claims`) and what an allocation grants
 (:mod:`.allocations`). docs/dra.md describes the mapping; the adapters in ``vslice_kube``
-and the kubelet plugin in ``vslice_services.draplugin`` only move these dicts."""
+and the kubelet plugin in ``vslice_node.dra`` only move these dicts."""
 
 from __future__ import annotations
 

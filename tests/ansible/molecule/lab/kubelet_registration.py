@@ -14,8 +14,8 @@ from concurrent import futures
 from pathlib import Path
 
 import grpc
-from vslice_services.deviceplugin.api import deviceplugin_pb2 as api
-from vslice_services.deviceplugin.api import deviceplugin_pb2_grpc as rpc
+from vslice_node.deviceplugin.api import deviceplugin_pb2 as api
+from vslice_node.deviceplugin.api import deviceplugin_pb2_grpc as rpc
 
 
 class Kubelet(rpc.RegistrationServicer):

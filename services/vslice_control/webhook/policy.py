@@ -1,0 +1,233 @@
+"""What the webhook decides for one pod: a pure function from the pod to a :class:`Verdict`.
+
+For a pod being created, in this order (there is no per-pod opt-out: only an operator's
+namespace label keeps the webhook away, through the configuration's ``namespaceSelector``):
+
+1. vslice's state annotations (``vslice_core.annotations.POD_STATE``) are removed, with one
+   warning each: they are only ever written later, by vslice, so a pod that carries them at
+   creation is either a hand-made forgery or an exported pod being recreated; removing them
+   keeps the second working;
+2. denied when a vslice resource is not written as the API server accepts it, when it names a
+   GPU resource that does not exist (``nvidia.com/gpumemory``), or when a container sets the
+   shim's or the NVIDIA runtime's variables (``environment``);
+3. untouched (but for step 1) when it asks for no GPU resource at all;
+4. denied when a value is invalid (the core's normalization names the field and the value),
+   when the GPU pod sets ``spec.nodeName`` (it would bypass the scheduler that accounts for
+   slices), when a container that asks for GPUs is privileged (it could see and use every
+   GPU), or when the pod alone asks for more than its namespace's GPU quota;
+5. otherwise patched: the normalized limits, ``spec.schedulerName`` (unless the pod already
+   names a scheduler of its own) and, if configured, ``NVIDIA_VISIBLE_DEVICES=none`` on its
+   containers that ask for no GPU, so they do not see the node's GPUs through the runtime.
+   On the DRA path (``routing``: the namespace's label, then the settings) the limits and the
+   scheduler name are replaced by a ResourceClaimTemplate the pod references
+   (``draconvert``); the verdict then carries the template, which ``main`` creates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from vslice_core import annotations as keys
+from vslice_core.errors import InvalidRequest
+from vslice_core.model import PodRequest, QuotaLimits
+from vslice_core.requests import limit_patch, normalize_pod, uses_gpus
+from vslice_core.resources import DEFAULT_RESOURCE_NAMES, ResourceNames
+
+from vslice_control.quota import exceeded, request_totals
+from vslice_control.webhook import draconvert, environment, inputs
+from vslice_control.webhook.jsonpatch import PodPatch
+from vslice_control.webhook.podspec import containers
+from vslice_control.webhook.review import AdmissionRequest, Verdict
+from vslice_control.webhook.routing import SchedulingPath, choose_path
+
+HIDE_GPUS_ENV = environment.VISIBLE_DEVICES
+DEFAULT_SCHEDULER = "default-scheduler"
+
+
+@dataclass(frozen=True)
+class WebhookPolicy:
+    names: ResourceNames = DEFAULT_RESOURCE_NAMES
+    scheduler_name: str = "vslice-scheduler"
+    hide_gpus_from_other_containers: bool = False
+    path: SchedulingPath = "extender"
+    dra_namespaces: frozenset[str] = frozenset()
+
+
+def review_pod(
+    request: AdmissionRequest,
+    policy: WebhookPolicy,
+    quota: QuotaLimits | None = None,
+    namespace_labels: Mapping[str, str] | None = None,
+) -> Verdict:
+    """``namespace_labels``: the labels of the pod's Namespace (None: not known)."""
+    if request.operation != "CREATE":
+        return Verdict(allowed=True)
+    pod = request.pod
+    patch = PodPatch(pod)
+    warnings = _strip_state(patch)
+    items = containers(pod)
+    denial = inputs.refusal(items, policy.names) or _unknown_gpu_resource(pod, policy.names)
+    if denial is not None:
+        return Verdict.deny(denial, code=400)
+    if not uses_gpus(pod, policy.names):
+        denial = environment.refusal(items, ())
+        if denial is not None:
+            return Verdict.deny(denial)
+        return Verdict(allowed=True, patch=patch.ops, warnings=warnings)
+    try:
+        normalized = normalize_pod(pod, policy.names)
+    except InvalidRequest as exc:
+        return Verdict.deny(str(exc), code=400)
+    gpu_containers = {(c.init, c.name) for c in normalized.request.containers}
+    denial = (
+        environment.refusal(items, gpu_containers)
+        or _node_name(pod, policy)
+        or _privileged_gpu_container(pod, gpu_containers, policy.names)
+    )
+    if denial is None and quota is not None:
+        denial = _over_quota(request, quota, normalized.request, policy.names)
+    if denial is not None:
+        return Verdict.deny(denial)
+    route = choose_path(request.namespace, namespace_labels, policy.path, policy.dra_namespaces)
+    warnings += route.warnings
+    if route.path == "dra":
+        return _dra(request, policy, patch, normalized.request, gpu_containers, quota, warnings)
+    warnings += _route(patch, policy.scheduler_name)
+    if policy.hide_gpus_from_other_containers:
+        _hide_gpus(patch, gpu_containers)
+    return Verdict(
+        allowed=True, patch=limit_patch(pod, normalized.changes) + patch.ops, warnings=warnings
+    )
+
+
+def _dra(
+    request: AdmissionRequest,
+    policy: WebhookPolicy,
+    patch: PodPatch,
+    pod_request: PodRequest,
+    gpu_containers: set[tuple[bool, str]],
+    quota: QuotaLimits | None,
+    warnings: list[str],
+) -> Verdict:
+    try:
+        conversion = draconvert.convert(patch, pod_request, policy.names, request.namespace)
+    except InvalidRequest as exc:
+        return Verdict.deny(str(exc), code=400)
+    warnings += conversion.warnings
+    if quota is not None:
+        # The pod alone was checked above; the running total is the extender's, at bind time,
+        # and kube-scheduler's DRA allocator does not count it.
+        warnings.append(
+            f"namespace {request.namespace!r} GPU quota: on the DRA path only this pod alone "
+            "is checked against it, not what the namespace's other pods already use"
+        )
+    if policy.hide_gpus_from_other_containers:
+        _hide_gpus(patch, gpu_containers)
+    return Verdict(allowed=True, patch=patch.ops, warnings=warnings, objects=[conversion.template])
+
+
+def _strip_state(patch: PodPatch) -> list[str]:
+    """Remove vslice's state annotations; one warning per annotation removed."""
+    annotations = (patch.pod.get("metadata") or {}).get("annotations")
+    if not isinstance(annotations, Mapping):
+        return []
+    warnings = []
+    for key in keys.POD_STATE:
+        if key in annotations:
+            patch.remove(("metadata", "annotations", key))
+            warnings.append(
+                f"metadata.annotations[{key!r}] removed: only vslice writes it, once the pod is "
+                "scheduled (an exported pod's copy does not carry over to a new pod)"
+            )
+    return warnings
+
+
+def _node_name(pod: Mapping[str, Any], policy: WebhookPolicy) -> str | None:
+    node = (pod.get("spec") or {}).get("nodeName")
+    if not node:
+        return None
+    return (
+        f"spec.nodeName must be unset for a pod that asks for {policy.names.gpu}, got {node!r}: "
+        "a pod with a node set skips the scheduler, which is what accounts for GPU slices; "
+        "remove spec.nodeName (use a nodeSelector or node affinity to choose nodes)"
+    )
+
+
+def _unknown_gpu_resource(pod: Mapping[str, Any], names: ResourceNames) -> str | None:
+    """A resource that looks like one of ours but is not (``nvidia.com/gpumemory``): without
+    this check the pod would wait forever for a resource no node has."""
+    known = {*names.managed(), names.priority}
+    for init, index, container in _triples(pod):
+        resources = container.get("resources") or {}
+        for part in ("limits", "requests"):
+            section = resources.get(part) if isinstance(resources, Mapping) else None
+            for key in section if isinstance(section, Mapping) else {}:
+                if str(key).startswith(names.gpu) and key not in known:
+                    kind = "initContainers" if init else "containers"
+                    return (
+                        f"spec.{kind}[{index}].resources.{part}: unknown resource {key!r}; "
+                        f"known GPU resources: {', '.join(sorted(known))}"
+                    )
+    return None
+
+
+def _privileged_gpu_container(
+    pod: Mapping[str, Any], gpu_containers: set[tuple[bool, str]], names: ResourceNames
+) -> str | None:
+    for init, index, container in _triples(pod):
+        if (init, container.get("name")) not in gpu_containers:
+            continue
+        context = container.get("securityContext") or {}
+        if context.get("privileged") is True:
+            kind = "initContainers" if init else "containers"
+            return (
+                f"spec.{kind}[{index}].securityContext.privileged must be false in container "
+                f"{container.get('name')!r}, which asks for {names.gpu}, got true "
+                "(a privileged container sees every GPU of the node)"
+            )
+    return None
+
+
+def _over_quota(
+    request: AdmissionRequest, quota: QuotaLimits, pod_request: PodRequest, names: ResourceNames
+) -> str | None:
+    over = exceeded(request_totals(pod_request), quota)
+    if not over:
+        return None
+    resource = {"memory_mib": names.memory, "cores": names.cores, "gpus": names.gpu}
+    field_name, asked, limit = over[0]
+    return (
+        f"{resource[field_name]}: the pod asks for {asked} in total, more than namespace "
+        f"{request.namespace!r} may use (ResourceQuota requests.{resource[field_name]} = {limit})"
+    )
+
+
+def _route(patch: PodPatch, scheduler_name: str) -> list[str]:
+    if not scheduler_name:
+        return []
+    current = (patch.pod.get("spec") or {}).get("schedulerName")
+    if current in (None, "", DEFAULT_SCHEDULER):
+        patch.set(("spec", "schedulerName"), scheduler_name)
+        return []
+    if current == scheduler_name:
+        return []
+    return [
+        f"spec.schedulerName {current!r} kept: GPU slices are only accounted by {scheduler_name!r}"
+    ]
+
+
+def _hide_gpus(patch: PodPatch, gpu_containers: set[tuple[bool, str]]) -> None:
+    for init, index, container in _triples(patch.pod):
+        if (init, container.get("name")) in gpu_containers:
+            continue
+        env = container.get("env") or []
+        if any(isinstance(e, Mapping) and e.get("name") == HIDE_GPUS_ENV for e in env):
+            continue
+        kind = "initContainers" if init else "containers"
+        patch.append(("spec", kind, index, "env"), {"name": HIDE_GPUS_ENV, "value": "none"})
+
+
+def _triples(pod: Mapping[str, Any]) -> list[tuple[bool, int, Mapping[str, Any]]]:
+    return [(c.init, c.index, c.spec) for c in containers(pod)]

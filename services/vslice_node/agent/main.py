@@ -1,0 +1,75 @@
+"""``vslice serve device-plugin``: load settings, pick the backend, serve until SIGTERM.
+
+HTTP: ``GET /healthz`` answers 200 while the plugin's own gRPC server is up (with or without a
+kubelet: a node being set up has none yet), 503 otherwise; ``GET /status`` tells the kubelet
+link's state ("waiting for kubelet", "registered", ...), device counts and whether the node
+annotation is current.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from vslice_core.errors import InvalidRequest
+from vslice_serving.httpserve import HttpService, Response, configure_logging, run_until_signal
+from vslice_serving.settings import load_settings
+
+from vslice_node.agent.nodeagent import DevicePlugin
+from vslice_node.agent.settings import DevicePluginSettings
+from vslice_node.gpus.backends import BackendUnavailable, GpuBackend
+from vslice_node.nodeapi import ConnectingNodeApi, NodeApi
+
+log = logging.getLogger("vslice.deviceplugin")
+
+
+def make_backend(settings: DevicePluginSettings) -> GpuBackend:
+    if settings.backend == "static":
+        from vslice_node.gpus.backends.static import StaticBackend
+
+        return StaticBackend(Path(settings.inventory), settings.node_name)
+    from vslice_node.gpus.backends.nvml import NvmlBackend
+
+    return NvmlBackend(settings.node_name, settings.slots_per_gpu)
+
+
+def connect_api(settings: DevicePluginSettings) -> NodeApi:
+    def connect() -> NodeApi:
+        from vslice_kube.nodestate import NodeState
+
+        return NodeState.connect(settings.kubeconfig)
+
+    return ConnectingNodeApi(connect)
+
+
+def http_service(settings: DevicePluginSettings, plugin: DevicePlugin) -> HttpService:
+    def healthz(_: bytes) -> Response:
+        if plugin.endpoint.serving:
+            return Response.text("ok")
+        return Response.text("device plugin socket not served", 503)
+
+    def status(_: bytes) -> Response:
+        return Response.json(plugin.status())
+
+    routes = {("GET", "/healthz"): healthz, ("GET", "/status"): status}
+    return HttpService(settings.listen_address, routes)
+
+
+def serve(config_path: str | None) -> int:
+    """Run the device plugin; the exit status (2 for bad settings or inventory)."""
+    # An InvalidRequest here reaches `vslice serve`, which prints it and exits 2.
+    settings = load_settings(DevicePluginSettings, config_path)
+    configure_logging("device-plugin", settings.log_level)
+    try:
+        backend = make_backend(settings)
+    except (InvalidRequest, BackendUnavailable) as exc:
+        log.error("cannot start the GPU backend", extra={"error": str(exc)})
+        return 2
+    plugin = DevicePlugin(settings, backend, connect_api(settings))
+    http = http_service(settings, plugin)
+    log.info(
+        "device plugin starting",
+        extra={"node": settings.node_name, "backend": backend.name, "listen": settings.listen},
+    )
+    plugin.start()
+    return run_until_signal([http], cleanups=[plugin.stop])

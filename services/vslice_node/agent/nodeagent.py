@@ -1,0 +1,252 @@
+"""The device plugin assembled: backend -> device board -> gRPC endpoint, plus the loop that
+keeps the board, the node's inventory annotation, its CDI spec file and pending delivery
+records current.
+
+Threads: the endpoint's kubelet link, the refresh loop, and gRPC's workers. Locks, in the only
+order they may nest: none nest. The board, the allocator and the endpoint status each guard
+their own state and never call out while holding their lock (the allocator calls the API
+server under its lock, which takes no vslice lock).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1.health import HealthServicer
+from vslice_core.dra.devices import split
+from vslice_core.model import NodeInventory
+
+from vslice_node.agent.dranode import DraNode
+from vslice_node.agent.settings import DevicePluginSettings
+from vslice_node.deviceplugin.allocator import Allocator
+from vslice_node.deviceplugin.api import deviceplugin_pb2_grpc as pb_grpc
+from vslice_node.deviceplugin.board import DeviceBoard
+from vslice_node.deviceplugin.devices import virtual_devices
+from vslice_node.deviceplugin.endpoint import PluginEndpoint
+from vslice_node.deviceplugin.podresources import PodResourcesClient
+from vslice_node.deviceplugin.proofs import ProofCheck
+from vslice_node.deviceplugin.servicer import DevicePluginServicer
+from vslice_node.gpus.backends import GpuBackend
+from vslice_node.gpus.inventory_annotation import InventoryAnnotation
+from vslice_node.handover.cachedirs import CacheSweeper
+from vslice_node.handover.container import (
+    Handover,
+    Layout,
+    cdi_spec,
+    ensure_preload_file,
+    gpu_edits,
+    shared_edits,
+)
+from vslice_node.handover.driver import Driver
+from vslice_node.handover.edits import Edits, MountSpec
+from vslice_node.handover.hostfiles import HostFiles, device_numbers
+from vslice_node.handover.specfile import SpecFile
+from vslice_node.nodeapi import NodeApi
+
+log = logging.getLogger("vslice.deviceplugin")
+
+
+def handover_of(settings: DevicePluginSettings) -> Handover:
+    """The settings' description of how this node hands GPUs to containers."""
+    layout = Layout(
+        cache_root=Path(settings.cache_root),
+        container_cache_root=settings.container_cache_root,
+        shim_library=settings.shim_library,
+        preload_file=settings.preload_file,
+        limits_root=Path(settings.limits_root),
+    )
+    driver = Driver(
+        libraries=tuple(settings.driver_libraries),
+        container_dir=settings.driver_container_dir,
+        env=dict(settings.driver_env),
+        mounts=tuple(
+            MountSpec(m.container_path, m.host_path, m.read_only) for m in settings.driver_mounts
+        ),
+        dev_dir=settings.host_dev_dir,
+    )
+    return Handover(
+        layout=layout,
+        driver=driver,
+        shim_env=settings.shim_env,
+        injection=settings.injection,
+        cdi_kind=settings.cdi_kind,
+        driver_cdi_devices=tuple(settings.driver_cdi_devices),
+    )
+
+
+class DevicePlugin:
+    def __init__(self, settings: DevicePluginSettings, backend: GpuBackend, api: NodeApi) -> None:
+        self.settings = settings
+        self.backend = backend
+        self.board = DeviceBoard(virtual_devices(self.extender_inventory().gpus))
+        self.handover = handover_of(settings)
+        self.layout = self.handover.layout
+        self.shim_state = "not checked"
+        self.host_files = HostFiles()
+        self.spec_file = SpecFile(
+            Path(settings.cdi_spec_dir), settings.cdi_kind, settings.node_name
+        )
+        self.pod_resources = (
+            PodResourcesClient(settings.pod_resources_socket, settings.resource_name)
+            if settings.pod_resources_socket
+            else None
+        )
+        self.allocator = Allocator(
+            settings.node_name,
+            api,
+            self.handover,
+            backend.minors,
+            api_wait_s=settings.api_wait_seconds,
+            kubelet_view=self.pod_resources.view if self.pod_resources else lambda: None,
+            proofs=ProofCheck(settings.allocation_key_file),
+        )
+        self.annotation = InventoryAnnotation(
+            api, settings.node_name, settings.annotate_every_seconds
+        )
+        self.sweeper = CacheSweeper(
+            Path(settings.cache_root),
+            api,
+            settings.node_name,
+            every_s=settings.region_sweep_seconds,
+            grace_s=settings.region_grace_seconds,
+        )
+        # Limits files go with their pods, on the same schedule as the region directories.
+        self.limits_sweeper = CacheSweeper(
+            Path(settings.limits_root),
+            api,
+            settings.node_name,
+            every_s=settings.region_sweep_seconds,
+            grace_s=settings.region_grace_seconds,
+            what="limits directory",
+        )
+        self.dra = DraNode(settings, self.dra_inventory, self.handover) if settings.dra else None
+        if self.dra is not None:
+            # Region and limits directories of prepared claims are named by claim UID: they
+            # go when the kubelet unprepares the claim, not when no pod has that UID.
+            self.sweeper.keep = self.limits_sweeper.keep = self.dra.checkpoint.uids
+        self.servicer = DevicePluginServicer(self.board, self.allocator)
+        self.endpoint = PluginEndpoint(
+            Path(settings.device_plugin_dir),
+            settings.socket_name,
+            settings.resource_name,
+            self._add_servicer,
+            poll_s=settings.kubelet_poll_seconds,
+        )
+        self._stop = threading.Event()
+        self._refresher = threading.Thread(target=self._refresh_loop, name="refresh", daemon=True)
+
+    @property
+    def dra_gpus(self) -> list[int] | None:
+        """GPU indices on the DRA path: none without ``dra``, else the setting (None: all)."""
+        return self.settings.dra_gpus if self.settings.dra else []
+
+    def extender_inventory(self) -> NodeInventory:
+        """The GPUs on the device-plugin path: advertised to the kubelet and in the node
+        annotation the extender reads. The CDI spec lists every GPU (claims name them too)."""
+        return split(self.backend.inventory(), self.dra_gpus)[0]
+
+    def dra_inventory(self) -> NodeInventory:
+        return split(self.backend.inventory(), self.dra_gpus)[1]
+
+    def _add_servicer(self, server: grpc.Server) -> None:
+        pb_grpc.add_DevicePluginServicer_to_server(  # type: ignore[no-untyped-call]
+            self.servicer, server
+        )
+        # The standard gRPC health service, for probes on the plugin's socket.
+        health = HealthServicer()
+        for service in ("", "v1beta1.DevicePlugin"):
+            health.set(service, health_pb2.HealthCheckResponse.SERVING)
+        health_pb2_grpc.add_HealthServicer_to_server(health, server)
+
+    def start(self) -> None:
+        self.shim_state = ensure_preload_file(self.layout)
+        if self.shim_state != "ok":
+            log.error("shim not ready on this node", extra={"error": self.shim_state})
+        self.spec_file.remove_stale(keep_current=self.handover.injection == "cdi")
+        # Before registering: the kubelet must never hand out a device whose CDI name the
+        # runtime cannot resolve yet.
+        self.sync_node_files()
+        # The kubelet link never waits for the API server: the first refresh runs in the loop.
+        self.endpoint.start()
+        if self.dra is not None:
+            self.dra.start()
+        self._refresher.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.board.close()
+        if self.dra is not None:
+            self.dra.stop()
+        self.endpoint.stop()
+        self._refresher.join(timeout=10)
+        self.backend.close()
+        if self.pod_resources is not None:
+            self.pod_resources.close()
+
+    def refresh(self) -> None:
+        """One pass: backend -> board, host files and CDI spec, inventory annotation, delivery
+        records, stale dirs."""
+        inventory, on_dra = split(self.backend.inventory(), self.dra_gpus)
+        self.board.update(virtual_devices(inventory.gpus))
+        self.sync_node_files()
+        self.annotation.maybe_write(inventory, time.monotonic())
+        if self.dra is not None:
+            self.dra.publisher.maybe_publish(on_dra, time.monotonic())
+        self.allocator.retry_deliveries()
+        self.sweeper.maybe_sweep(time.monotonic())
+        self.limits_sweeper.maybe_sweep(time.monotonic())
+
+    def sync_node_files(self) -> None:
+        """Check the host files GPU containers need; in CDI mode, rewrite the spec on change.
+
+        Runs once in start() before the refresh loop, then only in the loop: the spec file
+        has a single writer."""
+        minors = self.backend.minors()
+        gpus = [gpu_edits(self.handover, minor) for minor in minors.values()]
+        edits = sum(gpus, Edits()) + shared_edits(self.handover)
+        # The shim's own files are checked (and reported) by ensure_preload_file.
+        shim = {self.layout.shim_library, self.layout.preload_file}
+        self.host_files.check(p for p in edits.host_paths() if p not in shim)
+        if self.handover.injection != "cdi":
+            return
+        numbers = device_numbers(d.host_path for d in edits.devices)
+        document = cdi_spec(self.handover, self.settings.node_name, minors, numbers)
+        self.spec_file.update(document if minors else None)
+
+    def _refresh_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.refresh()
+                self.backend.wait_for_change(1.0)
+            except Exception:  # the loop must outlive any single failure
+                log.exception("refresh failed")
+                self._stop.wait(1.0)
+
+    def status(self) -> dict[str, object]:
+        _, devices = self.board.snapshot()
+        return {
+            "node": self.settings.node_name,
+            "backend": self.backend.name,
+            "resource": self.settings.resource_name,
+            "kubelet": self.endpoint.status.as_dict(),
+            "serving": self.endpoint.serving,
+            "devices": len(devices),
+            "unhealthy_devices": sum(1 for d in devices if not d.healthy),
+            "inventory_annotation": self.annotation.state,
+            "shim": self.shim_state,
+            "host_files": self.host_files.state,
+            "injection": self.handover.injection,
+            "cdi_spec": (
+                {"path": str(self.spec_file.path), "state": self.spec_file.state}
+                if self.handover.injection == "cdi"
+                else "not used"
+            ),
+            "pod_resources": self.pod_resources.state if self.pod_resources else "not used",
+            "allocation_proof": self.allocator.proofs.state,
+            "dra": self.dra.status() if self.dra is not None else "not used",
+        }

@@ -1,0 +1,128 @@
+"""The DevicePlugin gRPC service: thin handlers that translate between protobuf and the
+allocator, the device board and the delivery description.
+
+Errors reach the kubelet as gRPC status codes with a message naming the problem (it shows the
+message in the pod's events): unknown device IDs are INVALID_ARGUMENT, no matching pending
+allocation is FAILED_PRECONDITION, an unreachable API server is UNAVAILABLE. Nothing raised by
+a handler stops the server.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from typing import NoReturn
+
+import grpc
+from vslice_core.errors import ClusterError, InvalidRequest
+
+from vslice_node.deviceplugin.allocator import Allocator, NoPendingAllocation
+from vslice_node.deviceplugin.api import deviceplugin_pb2 as pb
+from vslice_node.deviceplugin.api import deviceplugin_pb2_grpc as pb_grpc
+from vslice_node.deviceplugin.board import DeviceBoard
+from vslice_node.deviceplugin.devices import VirtualDevice
+from vslice_node.handover.container import Delivery
+
+log = logging.getLogger("vslice.deviceplugin.grpc")
+
+STREAM_WAKE_S = 1.0  # how often an idle ListAndWatch stream checks that its client is still there
+
+
+def device_message(device: VirtualDevice) -> pb.Device:
+    topology = pb.TopologyInfo(nodes=[pb.NUMANode(ID=device.numa)])
+    return pb.Device(ID=device.id, health=device.health, topology=topology)
+
+
+def list_response(devices: Sequence[VirtualDevice]) -> pb.ListAndWatchResponse:
+    return pb.ListAndWatchResponse(devices=[device_message(d) for d in devices])
+
+
+def container_response(found: Delivery) -> pb.ContainerAllocateResponse:
+    return pb.ContainerAllocateResponse(
+        envs=found.envs,
+        mounts=[
+            pb.Mount(container_path=m.container_path, host_path=m.host_path, read_only=m.read_only)
+            for m in found.mounts
+        ],
+        devices=[
+            pb.DeviceSpec(
+                container_path=d.container_path, host_path=d.host_path, permissions=d.permissions
+            )
+            for d in found.devices
+        ],
+        cdi_devices=[pb.CDIDevice(name=name) for name in found.cdi_devices],
+    )
+
+
+class DevicePluginServicer(pb_grpc.DevicePluginServicer):
+    def __init__(self, board: DeviceBoard, allocator: Allocator) -> None:
+        self.board = board
+        self.allocator = allocator
+
+    def GetDevicePluginOptions(
+        self, request: pb.Empty, context: grpc.ServicerContext
+    ) -> pb.DevicePluginOptions:
+        return pb.DevicePluginOptions(
+            pre_start_required=False, get_preferred_allocation_available=True
+        )
+
+    def ListAndWatch(
+        self, request: pb.Empty, context: grpc.ServicerContext
+    ) -> Iterator[pb.ListAndWatchResponse]:
+        version, devices = self.board.snapshot()
+        log.info("ListAndWatch opened", extra={"devices": len(devices)})
+        yield list_response(devices)
+        while context.is_active() and not self.board.closed:
+            newer = self.board.wait_newer(version, STREAM_WAKE_S)
+            if newer is not None:
+                version, devices = newer
+                unhealthy = sum(1 for d in devices if not d.healthy)
+                log.info(
+                    "device list changed", extra={"devices": len(devices), "unhealthy": unhealthy}
+                )
+                yield list_response(devices)
+
+    def GetPreferredAllocation(
+        self, request: pb.PreferredAllocationRequest, context: grpc.ServicerContext
+    ) -> pb.PreferredAllocationResponse:
+        responses = []
+        for item in request.container_requests:
+            try:
+                chosen = self.allocator.preferred(
+                    list(item.available_deviceIDs),
+                    list(item.must_include_deviceIDs),
+                    item.allocation_size,
+                )
+            except InvalidRequest as exc:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            responses.append(pb.ContainerPreferredAllocationResponse(deviceIDs=chosen))
+        return pb.PreferredAllocationResponse(container_responses=responses)
+
+    def Allocate(
+        self, request: pb.AllocateRequest, context: grpc.ServicerContext
+    ) -> pb.AllocateResponse:
+        responses = []
+        for item in request.container_requests:
+            device_ids = list(item.devices_ids)
+            try:
+                found = self.allocator.allocate(device_ids)
+            except InvalidRequest as exc:
+                self._fail(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            except NoPendingAllocation as exc:
+                self._fail(context, grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+            except ClusterError as exc:
+                self._fail(context, grpc.StatusCode.UNAVAILABLE, str(exc))
+            except OSError as exc:
+                self._fail(context, grpc.StatusCode.INTERNAL, f"cannot prepare the node: {exc}")
+            responses.append(container_response(found))
+        return pb.AllocateResponse(container_responses=responses)
+
+    def PreStartContainer(
+        self, request: pb.PreStartContainerRequest, context: grpc.ServicerContext
+    ) -> pb.PreStartContainerResponse:
+        return pb.PreStartContainerResponse()
+
+    @staticmethod
+    def _fail(context: grpc.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:
+        log.error("Allocate refused", extra={"code": code.name, "error": message})
+        context.abort(code, message)
