@@ -21,7 +21,7 @@ from vslice_kube.client import api_client
 from vslice_kube.nodestate import NodeState
 from vslice_lab.lab import services_kubeconfig_path
 from vslice_lab.layout import Layout
-from vslice_node.agent.nodeagent import DevicePlugin
+from vslice_node.agent.nodeagent import NodeAgent
 from vslice_node.agent.settings import DevicePluginSettings
 from vslice_node.deviceplugin.api import deviceplugin_pb2 as pb
 from vslice_node.gpus.backends.static import StaticBackend
@@ -39,7 +39,7 @@ def _services_kubeconfig(lab: LabHandle) -> Path:
 
 
 @pytest.fixture
-def plugin(lab: LabHandle, tmp_path: Path) -> Iterator[tuple[DevicePlugin, Path]]:
+def plugin(lab: LabHandle, tmp_path: Path) -> Iterator[tuple[NodeAgent, Path]]:
     directory = Path(tempfile.mkdtemp(prefix="vsdp-", dir="/tmp"))
     settings = DevicePluginSettings(
         node_name=NODE,
@@ -55,7 +55,7 @@ def plugin(lab: LabHandle, tmp_path: Path) -> Iterator[tuple[DevicePlugin, Path]
     kubelet = Kubelet(directory)
     # vslice's own identity: the state-annotation policy refuses vslice.io/delivered from others.
     api = NodeState.connect(str(_services_kubeconfig(lab)))
-    running = DevicePlugin(settings, StaticBackend(INVENTORY, NODE), api)
+    running = NodeAgent(settings, StaticBackend(INVENTORY, NODE), api)
     running.start()
     kubelet.next_registration(timeout_s=20)
     yield running, directory
@@ -65,7 +65,7 @@ def plugin(lab: LabHandle, tmp_path: Path) -> Iterator[tuple[DevicePlugin, Path]
 
 
 def test_allocate_finds_the_pod_through_the_api_server_and_records_delivery(
-    lab: LabHandle, namespace: str, plugin: tuple[DevicePlugin, Path]
+    lab: LabHandle, namespace: str, plugin: tuple[NodeAgent, Path]
 ) -> None:
     _, directory = plugin
     grant = GpuGrant(uuid=GPU, index=2, memory_mib=4096, cores=25)
@@ -104,7 +104,7 @@ def test_allocate_finds_the_pod_through_the_api_server_and_records_delivery(
 
 
 def test_the_node_inventory_annotation_is_written_through_the_api_server(
-    lab: LabHandle, plugin: tuple[DevicePlugin, Path]
+    lab: LabHandle, plugin: tuple[NodeAgent, Path]
 ) -> None:
     running, _ = plugin
     deadline = time.monotonic() + 20

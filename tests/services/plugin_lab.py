@@ -15,14 +15,14 @@ from typing import Any
 
 import yaml
 from kubelet import plugin_client
+from memory_nodeapi import MemoryNodeApi
 from vslice_core import annotations as ann
 from vslice_core.model import Allocation, ContainerAllocation, GpuGrant
-from vslice_node.agent.nodeagent import DevicePlugin
+from vslice_node.agent.nodeagent import NodeAgent
 from vslice_node.agent.settings import DevicePluginSettings
 from vslice_node.deviceplugin.api import deviceplugin_pb2 as pb
 from vslice_node.deviceplugin.api import deviceplugin_pb2_grpc as pb_grpc
 from vslice_node.gpus.backends.static import StaticBackend
-from vslice_node.nodeapi import MemoryNodeApi
 
 NODE = "gpu-node-1"
 GPU_A = "GPU-6c7f0d8e-0000-4000-8000-00000000000a"
@@ -55,7 +55,7 @@ class Lab:
     cache_root: Path
     files: Path
     api: MemoryNodeApi
-    plugin: DevicePlugin
+    plugin: NodeAgent
 
     def client(self) -> pb_grpc.DevicePluginStub:
         return plugin_client(self.directory / "vslice.sock")
@@ -88,7 +88,7 @@ def make_lab(sockets: Path, files: Path, **settings: Any) -> Lab:
     api = MemoryNodeApi()
     api.put_node(NODE)
     backend = StaticBackend(inventory_file, NODE, poll_s=0.1)
-    plugin = DevicePlugin(DevicePluginSettings(**values), backend, api)
+    plugin = NodeAgent(DevicePluginSettings(**values), backend, api)
     return Lab(plugins, inventory_file, files / "containers", files, api, plugin)
 
 

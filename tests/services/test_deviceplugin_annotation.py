@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from memory_nodeapi import MemoryNodeApi
 from vslice_core import annotations as ann
 from vslice_core.model import Gpu, NodeInventory
 from vslice_node.gpus.inventory_annotation import InventoryAnnotation
-from vslice_node.nodeapi import MemoryNodeApi
 
 NODE = "n1"
 

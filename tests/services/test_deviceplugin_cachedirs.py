@@ -6,8 +6,8 @@ import os
 import time
 from pathlib import Path
 
+from memory_nodeapi import MemoryNodeApi
 from vslice_node.handover.cachedirs import CacheSweeper
-from vslice_node.nodeapi import MemoryNodeApi
 
 NODE = "n1"
 

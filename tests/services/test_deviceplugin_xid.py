@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pynvml
-from vslice_node.agent.nodeagent import DevicePlugin
+from memory_nodeapi import MemoryNodeApi
+from vslice_node.agent.nodeagent import NodeAgent
 from vslice_node.agent.settings import DevicePluginSettings
 from vslice_node.gpus.backends.nvml import NvmlBackend
-from vslice_node.nodeapi import MemoryNodeApi
 
 UUIDS = ["GPU-11111111-0000-4000-8000-000000000000", "GPU-11111111-0000-4000-8000-000000000001"]
 
@@ -131,7 +131,7 @@ def test_an_xid_turns_that_gpus_devices_unhealthy_on_the_plugins_board(tmp_path:
         limits_root=str(tmp_path / "limits"),
         cdi_spec_dir=str(tmp_path / "cdi"),
     )
-    plugin = DevicePlugin(settings, NvmlBackend("node-1", 2, nvml=driver), MemoryNodeApi())
+    plugin = NodeAgent(settings, NvmlBackend("node-1", 2, nvml=driver), MemoryNodeApi())
     driver.xid(0, 48)  # double-bit ECC error
     plugin.backend.wait_for_change(1.0)
     plugin.refresh()

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from memory_nodeapi import MemoryNodeApi
 from vslice_core.model import GpuGrant
 from vslice_node.handover.checkpoint import Checkpoint, PreparedClaim, prepared_claims
 from vslice_node.monitor.podnames import PodNames
-from vslice_node.nodeapi import MemoryNodeApi
 
 NODE = "node-a"
 

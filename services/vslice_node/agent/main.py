@@ -15,7 +15,7 @@ from vslice_core.errors import InvalidRequest
 from vslice_serving.httpserve import HttpService, Response, configure_logging, run_until_signal
 from vslice_serving.settings import load_settings
 
-from vslice_node.agent.nodeagent import DevicePlugin
+from vslice_node.agent.nodeagent import NodeAgent
 from vslice_node.agent.settings import DevicePluginSettings
 from vslice_node.gpus.backends import BackendUnavailable, GpuBackend
 from vslice_node.nodeapi import ConnectingNodeApi, NodeApi
@@ -42,7 +42,7 @@ def connect_api(settings: DevicePluginSettings) -> NodeApi:
     return ConnectingNodeApi(connect)
 
 
-def http_service(settings: DevicePluginSettings, plugin: DevicePlugin) -> HttpService:
+def http_service(settings: DevicePluginSettings, plugin: NodeAgent) -> HttpService:
     def healthz(_: bytes) -> Response:
         if plugin.endpoint.serving:
             return Response.text("ok")
@@ -65,7 +65,7 @@ def serve(config_path: str | None) -> int:
     except (InvalidRequest, BackendUnavailable) as exc:
         log.error("cannot start the GPU backend", extra={"error": str(exc)})
         return 2
-    plugin = DevicePlugin(settings, backend, connect_api(settings))
+    plugin = NodeAgent(settings, backend, connect_api(settings))
     http = http_service(settings, plugin)
     log.info(
         "device plugin starting",

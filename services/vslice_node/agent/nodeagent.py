@@ -79,7 +79,7 @@ def handover_of(settings: DevicePluginSettings) -> Handover:
     )
 
 
-class DevicePlugin:
+class NodeAgent:
     def __init__(self, settings: DevicePluginSettings, backend: GpuBackend, api: NodeApi) -> None:
         self.settings = settings
         self.backend = backend
