@@ -32,7 +32,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from vslice_control.extender.feed import Holds, NodeFeed, PodFeed
+from vslice_control.extender.feed import NodeFeed, PodFeed
+from vslice_control.extender.holds import Holds
 from vslice_control.extender.trust import Proofs
 from vslice_core.annotations import ALLOCATION, NODE_GPUS, encode_allocation, encode_node_gpus
 from vslice_core.ledger import Ledger

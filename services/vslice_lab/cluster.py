@@ -27,7 +27,7 @@ from vslice_kube.validatingwebhooks import apply_validating_webhook
 from vslice_kube.webhooks import apply_mutating_webhook
 
 from vslice_lab import dra
-from vslice_lab.inventory import SIMULATED_LABEL, SimulatedNode
+from vslice_lab.inventory import SIMULATED_LABEL, LabNode
 
 WEBHOOK_CONFIGURATION = "vslice-webhook"
 WEBHOOK_NAME = "gpu-pods.vslice.io"
@@ -123,7 +123,7 @@ class LabCluster:
             label_namespace(self._client, name, pod_security_labels())
 
     def create_nodes(
-        self, nodes: Sequence[SimulatedNode], extra_resources: Mapping[str, str] | None = None
+        self, nodes: Sequence[LabNode], extra_resources: Mapping[str, str] | None = None
     ) -> list[str]:
         """Create (or update) the nodes, 16 at a time; returns their names."""
         manifests = []
@@ -136,7 +136,7 @@ class LabCluster:
             list(pool.map(lambda body: apply_node(self._client, body), manifests))
         return [node.name for node in nodes]
 
-    def install_dra(self, nodes: Sequence[SimulatedNode]) -> int:
+    def install_dra(self, nodes: Sequence[LabNode]) -> int:
         """The DeviceClass and the simulated nodes' ResourceSlices (``vslice_lab.dra``)."""
         return dra.install(DraApi(self._client), nodes)
 

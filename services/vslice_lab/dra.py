@@ -18,7 +18,7 @@ from vslice_core.dra.devices import device_class
 from vslice_kube.dra import DraApi
 from vslice_node.dra.publisher import SlicePublisher
 
-from vslice_lab.inventory import SimulatedNode
+from vslice_lab.inventory import LabNode
 
 MIN_VERSION = (1, 36)
 
@@ -31,13 +31,13 @@ def supported(version: str) -> bool:
     return (int(found.group(1)), int(found.group(2))) >= MIN_VERSION
 
 
-def install(api: DraApi, nodes: Sequence[SimulatedNode]) -> int:
+def install(api: DraApi, nodes: Sequence[LabNode]) -> int:
     """Apply the DeviceClass and the simulated nodes' slices (16 at a time, written only
     when they differ from what is stored); how many nodes have one."""
     api.apply_device_class(device_class())
-    simulated = [node for node in nodes if not node.real and node.dra_inventory.gpus]
+    simulated = [node for node in nodes if not node.kubelet and node.dra_inventory.gpus]
 
-    def publish(node: SimulatedNode) -> None:
+    def publish(node: LabNode) -> None:
         SlicePublisher(api, node.name).publish(node.dra_inventory)
 
     with ThreadPoolExecutor(max_workers=16) as pool:

@@ -29,13 +29,15 @@ NODE_PODS = "250"
 
 
 @dataclass(frozen=True)
-class SimulatedNode:
-    """One node to create: its GPU inventory plus any extra extended resources."""
+class LabNode:
+    """One node of the lab to create, simulated by kwok or run by a real kubelet: its GPU
+    inventory plus any extra extended resources."""
 
     inventory: NodeInventory
     extra_resources: dict[str, str] = field(default_factory=dict)
-    real: bool = False
-    """``kubelet: true`` in the inventory: a real kubelet node (see ``realnode``), not kwok."""
+    kubelet: bool = False
+    """``kubelet: true`` in the inventory: a real kubelet node on this machine (see
+    ``realnode``); otherwise kwok simulates the node."""
     dra_gpus: tuple[int, ...] = ()
     """GPU indices on the DRA path (``dra_gpus`` in the inventory); the others are on the
     extender path. A GPU serves one path only (docs/dra.md "Mixing paths")."""
@@ -86,7 +88,7 @@ class SimulatedNode:
         }
 
 
-def load_inventory(path: Path) -> list[SimulatedNode]:
+def load_inventory(path: Path) -> list[LabNode]:
     """The simulated nodes of an inventory file; InvalidRequest names what is wrong.
 
     Parsed by the core's CLUSTER parser; per-GPU ``used`` values are ignored (a new lab
@@ -116,6 +118,6 @@ def load_inventory(path: Path) -> list[SimulatedNode]:
                 value=unknown[0],
             )
     return [
-        SimulatedNode(node.inventory(), real=node.kubelet, dra_gpus=tuple(node.dra_gpus))
+        LabNode(node.inventory(), kubelet=node.kubelet, dra_gpus=tuple(node.dra_gpus))
         for node in cluster.nodes
     ]

@@ -31,7 +31,7 @@ from vslice_lab.cluster import SERVICES_GROUP, LabCluster
 from vslice_lab.components import Certificates, Component
 from vslice_lab.errors import LabError
 from vslice_lab.health import Probe
-from vslice_lab.inventory import SimulatedNode, load_inventory
+from vslice_lab.inventory import LabNode, load_inventory
 from vslice_lab.layout import Layout
 from vslice_lab.nodeconfig import ShimBuild, default_shim_build
 from vslice_lab.ports import HOST, free_ports, in_use
@@ -156,8 +156,8 @@ def _start_all(
     binaries: binaries_module.Binaries,
     node_binaries: binaries_module.NodeBinaries | None,
     record: LabRecord,
-    nodes: Sequence[SimulatedNode],
-    real: Sequence[SimulatedNode],
+    nodes: Sequence[LabNode],
+    real: Sequence[LabNode],
     say: Callable[[str], None],
 ) -> None:
     certs = prepare_pki(layout)

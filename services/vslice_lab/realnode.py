@@ -31,7 +31,7 @@ from vslice_kube.nodes import is_ready, read_node, set_node_addresses
 from vslice_lab import configs, hostchanges, nodeconfig, pki, processes, state
 from vslice_lab.components import Certificates, Component
 from vslice_lab.errors import LabError
-from vslice_lab.inventory import SimulatedNode
+from vslice_lab.inventory import LabNode
 from vslice_lab.layout import Layout
 from vslice_lab.nodeconfig import NodeLayout, NodePorts, ShimBuild
 from vslice_lab.ports import HOST, free_ports
@@ -112,12 +112,10 @@ def _lab_runs(state_dir: Path) -> bool:
     return record is not None and any(processes.alive(p) for p in record.processes)
 
 
-def choose(
-    nodes: Sequence[SimulatedNode], shim: ShimBuild, owner: Path
-) -> tuple[list[SimulatedNode], str]:
+def choose(nodes: Sequence[LabNode], shim: ShimBuild, owner: Path) -> tuple[list[LabNode], str]:
     """The real nodes that will run here (claimed for the lab in ``owner``) and, when some must
     be simulated instead, why."""
-    wanted = [node for node in nodes if node.real]
+    wanted = [node for node in nodes if node.kubelet]
     if not wanted:
         return [], ""
     reason = nodeconfig.preflight(shim) or claim(owner)
@@ -131,7 +129,7 @@ def choose(
     return wanted, ""
 
 
-def start(node: SimulatedNode, ctx: NodeContext) -> None:
+def start(node: LabNode, ctx: NodeContext) -> None:
     """Start one real node (see the module docstring); LabError names what failed."""
     name = node.name
     binaries = ctx.binaries
@@ -244,7 +242,7 @@ def import_image(layout: NodeLayout, ctr: Path, archive: Path, log: Path) -> Non
         )
 
 
-def _wait_registered(ctx: NodeContext, node: SimulatedNode) -> None:
+def _wait_registered(ctx: NodeContext, node: LabNode) -> None:
     """Wait for the node object, give it its loopback address, wait for Ready, its GPU slots
     and the device plugin's inventory annotation (what the extender places by)."""
     name = node.name

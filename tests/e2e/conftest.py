@@ -13,6 +13,9 @@ your own, so the whole run pays for one control plane:
   after the test, with Pod Security ``baseline`` enforced like the lab's GPU namespaces.
   Create everything of your test in it.
 - ``lab_state_dir`` (session): where the lab keeps logs and certificates.
+- ``stopped_lab`` (session): the session's lab after ``vslice lab down``, for tests of what
+  ``down`` leaves behind and tests that need the machine free for a lab of their own (one real
+  node per machine). Tests that ask for it are moved behind every other test of the run.
 - ``real_node`` (per test): the lab's real node (a kubelet and containerd on this machine, the
   fake driver standing in for its GPUs) as a :class:`RealNode`; a test that needs it fails
   (never skips) when the lab has none, with the reason the lab gave.
@@ -56,6 +59,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if here in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.lab)
+    # Tests that ask for ``stopped_lab`` stop the session's lab: they run right after the last
+    # other test of this folder (the lab's users), whatever their file is called, in the order
+    # they were collected, so the lab's processes are gone before the rest of the run.
+    last = [item for item in items if "stopped_lab" in getattr(item, "fixturenames", ())]
+    if last:
+        keep = [item for item in items if item not in last]
+        ours = [i for i, item in enumerate(keep) if here in Path(str(item.fspath)).parents]
+        at = ours[-1] + 1 if ours else len(keep)
+        items[:] = keep[:at] + last + keep[at:]
 
 
 @dataclass
@@ -206,6 +218,21 @@ def lab(lab_state_dir: Path) -> Iterator[LabHandle]:
         extender.stop()
         lab_module.down(lab_state_dir)
         atexit.unregister(lab_module.down)
+
+
+@dataclass(frozen=True)
+class StoppedLab:
+    """The session's lab after ``down``: its handle and what ``down`` stopped."""
+
+    handle: LabHandle
+    stopped: list[str] | None
+
+
+@pytest.fixture(scope="session")
+def stopped_lab(lab: LabHandle) -> StoppedLab:
+    """Stops the session's lab (see the module docstring); ``lab``'s own teardown then finds
+    nothing to stop, as ``down`` is idempotent."""
+    return StoppedLab(lab, lab_module.down(lab.state_dir))
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """A fingerprint of what a lab with real nodes may touch on the host outside its state dir,
-taken before ``lab up`` and compared after ``lab down`` (tests/e2e/test_zz_lab_down.py).
+taken before ``lab up`` and compared after ``lab down`` (tests/e2e/test_lab_down.py).
 
 It is deliberately independent of ``vslice_lab.hostchanges``: the lab's own record of what
 it changed is what is under test here.

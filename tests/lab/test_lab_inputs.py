@@ -117,7 +117,7 @@ def test_the_example_inventory_gives_four_nodes_one_real_with_one_device_per_slo
         "lab-h100": 64,
         "lab-l4": 8,
     }
-    assert [name for name, node in nodes.items() if node.real] == ["lab-l4"]
+    assert [name for name, node in nodes.items() if node.kubelet] == ["lab-l4"]
     h100 = nodes["lab-h100"].inventory
     assert (
         h100.link("GPU-h100-0000-0000-0000-000000000000", "GPU-h100-0000-0000-0000-000000000001")

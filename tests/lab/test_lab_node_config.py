@@ -89,7 +89,7 @@ def test_the_pod_network_stays_on_this_host(tmp_path: Path) -> None:
 
 
 def test_the_fake_driver_gets_the_inventory_gpus_in_index_order() -> None:
-    node = next(n for n in load_inventory(REPO / "inventory/lab/cluster.yaml") if n.real)
+    node = next(n for n in load_inventory(REPO / "inventory/lab/cluster.yaml") if n.kubelet)
     text = nodeconfig.fake_gpus(node.inventory)
     entries = [entry.split(",") for entry in text.split(";")]
     assert [uuid for uuid, _, _ in entries] == [g.uuid for g in node.inventory.gpus]

@@ -9,7 +9,8 @@ from collections.abc import Callable
 from typing import Any
 
 from test_extender_http import GIB, allocation_on, node, pod
-from vslice_control.extender.feed import Holds, NodeFeed, PodFeed
+from vslice_control.extender.feed import NodeFeed, PodFeed
+from vslice_control.extender.holds import Holds
 from vslice_control.extender.trust import Proofs
 from vslice_core.annotations import ALLOCATION
 from vslice_core.ledger import Ledger

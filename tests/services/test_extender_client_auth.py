@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from served import call
-from vslice_control.extender.feed import Holds
+from vslice_control.extender.holds import Holds
 from vslice_control.extender.main import VERBS, routes
 from vslice_control.extender.metrics import ExtenderMetrics
 from vslice_control.extender.verbs import Extender

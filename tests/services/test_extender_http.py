@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 from served import Reply, call
-from vslice_control.extender.feed import Holds, NodeFeed, PodFeed
+from vslice_control.extender.feed import NodeFeed, PodFeed
+from vslice_control.extender.holds import Holds
 from vslice_control.extender.main import routes
 from vslice_control.extender.metrics import ExtenderMetrics
 from vslice_control.extender.verbs import Extender

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 from served import Reply, call
 from test_extender_http import GIB, allocation_on, node, pod
-from vslice_control.extender.feed import Holds, NodeFeed, PodFeed
+from vslice_control.extender.feed import NodeFeed, PodFeed
+from vslice_control.extender.holds import Holds
 from vslice_control.extender.main import routes
 from vslice_control.extender.metrics import ExtenderMetrics
 from vslice_control.extender.trust import Proofs, Reports

@@ -1,4 +1,4 @@
-"""Feeding the ledger from the cluster: node inventories, pod allocations, in-flight holds.
+"""Feeding the ledger from the cluster: node inventories and pod allocations.
 
 The ledger must equal what the annotations say, so a restarted extender rebuilds it from the
 first list of nodes and pods and loses nothing:
@@ -18,19 +18,15 @@ first list of nodes and pods and loses nothing:
   already holds for that pod; after a restart the first list blocks the node again. An
   allocation on a pod that is not bound does not count: vslice writes it together with the
   Binding, so it can only come from someone else and books nothing.
-- :class:`Holds`: slices this replica reserved in a filter or a bind whose annotation the
-  watch has not shown yet. A pod event without an allocation never releases a hold; a hold
-  whose bind never came expires after a TTL, and one for a pod the pod watch has not shown
-  within a short grace (a pod that does not exist) is dropped then (:meth:`Holds.sweep`).
+- :class:`~vslice_control.extender.holds.Holds` (in ``holds``) keeps what this replica reserved
+  and no annotation shows yet; :class:`PodFeed` releases a hold when the annotation arrives.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from vslice_core.annotations import (
@@ -43,9 +39,10 @@ from vslice_core.annotations import (
 )
 from vslice_core.errors import DecodeError
 from vslice_core.ledger import Ledger
-from vslice_core.model import Gpu, NodeInventory, PodRequest
+from vslice_core.model import Gpu, NodeInventory
 from vslice_core.proof import PROOF
 
+from vslice_control.extender.holds import Holds
 from vslice_control.extender.trust import Proofs, Reports
 
 log = logging.getLogger("vslice.extender.feed")
@@ -177,77 +174,6 @@ def _without(inventory: NodeInventory, refused: set[str]) -> NodeInventory:
         for gpu in inventory.gpus
     ]
     return inventory.model_copy(update={"gpus": gpus})
-
-
-@dataclass
-class _Hold:
-    node: str
-    since: float
-    request: PodRequest | None = None
-    bound: bool = False
-
-
-class Holds:
-    """This replica's reservations that no pod annotation shows yet, by pod uid."""
-
-    def __init__(self, ttl_seconds: float = 60.0) -> None:
-        self._ttl = ttl_seconds
-        self._holds: dict[str, _Hold] = {}
-        self._lock = threading.Lock()
-
-    def hold(self, uid: str, node: str, request: PodRequest | None = None) -> None:
-        with self._lock:
-            # Re-inserted at the end: the table stays in order of ``since``, so a sweep
-            # looks only at the holds old enough to expire, not at every hold of a burst.
-            self._holds.pop(uid, None)
-            self._holds[uid] = _Hold(node, time.monotonic(), request)
-
-    def request(self, uid: str) -> PodRequest | None:
-        """The request the filter read from the pod (so a bind need not read it again)."""
-        with self._lock:
-            hold = self._holds.get(uid)
-            return hold.request if hold else None
-
-    def mark_bound(self, uid: str) -> None:
-        with self._lock:
-            if uid in self._holds:
-                self._holds[uid].bound = True
-
-    def drop(self, uid: str) -> None:
-        with self._lock:
-            self._holds.pop(uid, None)
-
-    def node(self, uid: str) -> str | None:
-        with self._lock:
-            hold = self._holds.get(uid)
-            return hold.node if hold else None
-
-    def __contains__(self, uid: object) -> bool:
-        with self._lock:
-            return uid in self._holds
-
-    def expired(self) -> list[str]:
-        """Uids of unbound holds older than the TTL, removed from the table."""
-        return self.sweep(lambda _uid: True, self._ttl)
-
-    def sweep(self, exists: Callable[[str], bool], grace_seconds: float) -> list[str]:
-        """Uids of unbound holds older than the TTL, or older than ``grace_seconds`` for a pod
-        that does not ``exist`` (the pod watch has not shown it: a filter for a pod that was
-        never created, or deleted meanwhile), removed from the table. The grace covers the
-        watch lagging behind the scheduler for a pod just created."""
-        now = time.monotonic()
-        expired, unknown = now - self._ttl, now - grace_seconds
-        oldest = max(expired, unknown)  # nothing newer than this can go
-        with self._lock:
-            gone = []
-            for uid, h in self._holds.items():
-                if h.since >= oldest:
-                    break  # in order of since: the rest are newer
-                if not h.bound and (h.since < expired or (h.since < unknown and not exists(uid))):
-                    gone.append(uid)
-            for uid in gone:
-                del self._holds[uid]
-            return gone
 
 
 class PodFeed:

@@ -46,7 +46,8 @@ from vslice_serving.settings import (
     load_settings,
 )
 
-from vslice_control.extender.feed import Holds, NodeFeed, PodFeed
+from vslice_control.extender.feed import NodeFeed, PodFeed
+from vslice_control.extender.holds import Holds
 from vslice_control.extender.leadership import LeaderGate
 from vslice_control.extender.metrics import ExtenderMetrics
 from vslice_control.extender.protocol import (

@@ -47,7 +47,8 @@ from vslice_core.requests import pod_request
 from vslice_core.resources import ResourceNames
 from vslice_kube.nodelock import Held, LockBusy
 
-from vslice_control.extender.feed import Holds, PodFeed
+from vslice_control.extender.feed import PodFeed
+from vslice_control.extender.holds import Holds
 from vslice_control.extender.leadership import NotActive
 from vslice_control.extender.metrics import ExtenderMetrics
 from vslice_control.extender.nodegate import NodeGates

@@ -1,10 +1,9 @@
-"""Last of the lab's tests (the name sorts last): ``down`` leaves nothing of a lab with a real
-node behind on the host: no process, mount, network device, sysctl change, cgroup or file
-outside the state dir. It stops the session's lab itself (``down`` is idempotent, so the
-fixture's own teardown then finds nothing to do) and compares the host with the fingerprint
-the fixture took before ``up``. Then, with the machine free for another real node, ``up``
-with a kubelet or a runtime that fails: one message naming the component and its log, and
-nothing half-started.
+"""The last of the lab's tests (each asks for ``stopped_lab``, which runs them after every
+other test): ``down`` leaves nothing of a lab with a real node behind on the host: no process,
+mount, network device, sysctl change, cgroup or file outside the state dir, compared with the
+fingerprint the ``lab`` fixture took before ``up``. Then, with the machine free for another
+real node, ``up`` with a kubelet or a runtime that fails: one message naming the component and
+its log, and nothing half-started; and README's first command.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import LabHandle
+from conftest import StoppedLab
 from hostprint import differences, fingerprint
 from vslice_build import binaries
 from vslice_lab import lab as lab_module
@@ -25,9 +24,9 @@ from vslice_lab import nodeconfig, state
 from vslice_lab.layout import Layout
 
 
-def test_down_leaves_nothing_of_the_real_node_on_the_host(lab: LabHandle) -> None:
+def test_down_leaves_nothing_of_the_real_node_on_the_host(stopped_lab: StoppedLab) -> None:
+    lab, stopped = stopped_lab.handle, stopped_lab.stopped
     assert lab.record.real_nodes, f"the lab has no real node: {lab.record.real_node_note}"
-    stopped = lab_module.down(lab.state_dir)
     assert stopped is not None and f"kubelet-{lab.record.real_nodes[0]}" in stopped
     assert differences(lab.host_before, fingerprint()) == []
     assert lab_module.down(lab.state_dir) is None  # a second down finds no lab
@@ -54,7 +53,7 @@ def _broken_up(tmp_path: Path) -> lab_module.LabError | binaries.BinaryError:
 
 
 def test_a_kubelet_that_fails_to_start_is_named_with_its_log_and_nothing_is_left(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    stopped_lab: StoppedLab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     real = nodeconfig.kubelet_config
 
@@ -71,7 +70,7 @@ def test_a_kubelet_that_fails_to_start_is_named_with_its_log_and_nothing_is_left
 
 
 def test_a_runc_that_fails_is_named_with_what_it_said_and_nothing_is_left(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    stopped_lab: StoppedLab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake = tmp_path / "runc"
     fake.write_text("#!/bin/sh\necho 'runc: broken on purpose' >&2\nexit 1\n")
@@ -83,7 +82,7 @@ def test_a_runc_that_fails_is_named_with_what_it_said_and_nothing_is_left(
 
 
 def test_missing_cni_plugins_are_named_with_the_package_to_install(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    stopped_lab: StoppedLab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(binaries.SYSTEM_TOOLS, "cni-plugins", (str(tmp_path / "no/bridge"),))
     error = _broken_up(tmp_path)
@@ -92,7 +91,7 @@ def test_missing_cni_plugins_are_named_with_the_package_to_install(
 
 
 def test_the_readme_command_runs_a_first_slice_on_the_real_node_and_down_stops_it(
-    tmp_path: Path,
+    stopped_lab: StoppedLab, tmp_path: Path
 ) -> None:
     """README's "Try it": ``vslice lab up --example`` prints the smoke's view of its slice."""
     # A short state dir, as a user's would be: the kubelet's unix sockets live below it.
