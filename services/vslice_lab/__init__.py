@@ -1,12 +1,20 @@
-"""The local lab: a real Kubernetes control plane on one machine with simulated GPU nodes.
+"""The local lab: a real Kubernetes control plane on one machine, GPU nodes simulated by kwok
+and real kubelet nodes on this machine whose GPUs a stand-in driver plays.
 
-``vslice lab up|down|status`` and the end-to-end test fixtures run the same code:
+``vslice lab up|down|status|import-image`` and the end-to-end test fixtures run the same code.
+Building what it runs (Kubernetes binaries, containerd, images) is :mod:`vslice_build`'s job.
 
-- ``binaries``   finds or builds etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kwok
-- ``pki``        the lab's certificate authority, serving and client certificates
-- ``ports``      free loopback ports
-- ``processes``  starting, watching and stopping the component processes (by pid)
-- ``components`` the command line and health check of each component
-- ``state``      the state directory (pids, ports, logs, kubeconfig) and its JSON record
-- ``lab``        ``up``/``down``/``status`` themselves
+- ``lab``         ``up``/``down``/``status``/``import_image`` themselves
+- ``inventory``   the lab's nodes from an inventory file (DESIGN.md's CLUSTER format)
+- ``cluster``     what the lab does through the API once it answers: webhooks, policies,
+  nodes, namespaces
+- ``dra``         the DeviceClass and the simulated nodes' ResourceSlices
+- ``components``  the command line and health check of each control-plane component
+- ``configs``     the files the lab writes: kubeconfigs, scheduler configuration, settings
+- ``realnode``    bringing a real kubelet node up and down; ``nodeconfig`` its containerd,
+  kubelet and node-agent configuration; ``hostchanges`` what it changes on the host and
+  undoing it
+- ``pki``         the lab's CA and certificates; ``health`` probes; ``ports`` loopback ports
+- ``processes``   starting and stopping processes by pid; ``state`` the record of a running
+  lab; ``layout`` where everything lives in the state directory; ``errors`` the lab's error
 """

@@ -1,4 +1,5 @@
-"""Simulated GPU nodes: from an inventory file (DESIGN.md's CLUSTER format) to Node objects.
+"""The lab's GPU nodes, simulated or real: from an inventory file (DESIGN.md's CLUSTER
+format) to Node objects.
 
 Each GPU is advertised as ``slots`` devices of ``nvidia.com/gpu`` (the most slices it can hold
 at once), so kube-scheduler's own fit check never lets more slices onto a node than it has
