@@ -4,10 +4,11 @@ One format serves ``vslice plan``, the lab's simulated nodes and the device plug
 backend: ``nodes: [{name, gpus: [{uuid, model, memory_mib, cores, slots, index, numa,
 healthy, cordoned, used}], topology}]`` with optional ``quotas`` per namespace.
 
-:func:`cluster_from_dump` reads ``kubectl get nodes,pods -A -o yaml``: nodes carrying
-``vslice.io/node-gpus`` become nodes, and every pod that is not terminated and carries
-``vslice.io/allocation`` counts as used, so an operator can ask "why does my pod not fit?"
-against a real cluster offline.
+:func:`cluster_from_dump` reads ``kubectl get nodes,pods -A -o yaml`` as the extender reads
+the live cluster (:mod:`vslice_core.clusterobjects`): nodes carrying ``vslice.io/node-gpus``
+(or HAMi's ``hami.io/node-nvidia-register``) become nodes, and every pod that is not finished
+and carries ``vslice.io/allocation`` counts as used, so an operator can ask "why does my pod
+not fit?" against a real cluster offline.
 """
 
 from __future__ import annotations
@@ -18,7 +19,15 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from vslice_core.annotations import ALLOCATION, NODE_GPUS, decode_allocation, decode_node_gpus
+from vslice_core.annotations import ALLOCATION, HAMI_NODE_REGISTER, NODE_GPUS
+from vslice_core.clusterobjects import (
+    allocation_value,
+    annotations_of,
+    node_inventory,
+    object_name,
+    pod_allocation,
+    pod_finished,
+)
 from vslice_core.errors import InvalidRequest
 from vslice_core.ledger import Ledger, charges
 from vslice_core.model import (
@@ -28,8 +37,6 @@ from vslice_core.model import (
     NodeInventory,
     validation_message,
 )
-
-_TERMINATED = ("Succeeded", "Failed")
 
 
 class ClusterGpu(Gpu):
@@ -135,48 +142,40 @@ def _items(data: Any) -> list[Mapping[str, Any]]:
     return [item for item in items if isinstance(item, Mapping)]
 
 
-def _annotations(item: Mapping[str, Any]) -> Mapping[str, Any]:
-    metadata = item.get("metadata")
-    found = metadata.get("annotations") if isinstance(metadata, Mapping) else None
-    return found if isinstance(found, Mapping) else {}
-
-
-def _name(item: Mapping[str, Any]) -> str:
-    metadata = item.get("metadata")
-    return str(metadata.get("name", "")) if isinstance(metadata, Mapping) else ""
-
-
 def _live_allocations(items: list[Mapping[str, Any]]) -> list[Any]:
     allocations = []
     for item in items:
-        status = item.get("status")
-        phase = status.get("phase") if isinstance(status, Mapping) else None
-        value = _annotations(item).get(ALLOCATION)
-        if item.get("kind") != "Pod" or phase in _TERMINATED or not isinstance(value, str):
+        if item.get("kind") != "Pod" or pod_finished(item):
             continue
         try:
-            allocations.append(decode_allocation(value))
+            allocation = pod_allocation(item)
         except InvalidRequest as error:
             raise InvalidRequest(
-                f"pod {_name(item)}: {error}", field=ALLOCATION, value=value
+                f"pod {object_name(item)}: {error}", field=ALLOCATION, value=allocation_value(item)
             ) from None
+        if allocation is not None:
+            allocations.append(allocation)
     return allocations
 
 
 def cluster_from_dump(data: Any) -> Cluster:
-    """The cluster as ``kubectl get nodes,pods -A -o yaml`` shows it (no quotas)."""
+    """The cluster as ``kubectl get nodes,pods -A -o yaml`` shows it (no quotas), read as the
+    extender reads it (:mod:`vslice_core.clusterobjects`)."""
     items = _items(data)
     inventories: dict[str, NodeInventory] = {}
     for item in items:
-        value = _annotations(item).get(NODE_GPUS)
-        if item.get("kind") == "Node" and isinstance(value, str):
-            name = _name(item)
-            try:
-                inventories[name] = decode_node_gpus(value, name)
-            except InvalidRequest as error:
-                raise InvalidRequest(
-                    f"node {name}: {error}", field=NODE_GPUS, value=value
-                ) from None
+        if item.get("kind") != "Node":
+            continue
+        name = object_name(item)
+        try:
+            inventory = node_inventory(item)
+        except InvalidRequest as error:
+            field = NODE_GPUS if NODE_GPUS in annotations_of(item) else HAMI_NODE_REGISTER
+            raise InvalidRequest(
+                f"node {name}: {error}", field=field, value=annotations_of(item).get(field)
+            ) from None
+        if inventory is not None:
+            inventories[name] = inventory
     used: dict[tuple[str, str], list[int]] = {}
     for allocation in _live_allocations(items):
         for uuid, usage in charges(allocation).items():

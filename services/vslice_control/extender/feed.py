@@ -30,12 +30,18 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from vslice_core.annotations import (
-    ALLOCATION,
     HAMI_NODE_REGISTER,
     NODE_GPUS,
     decode_allocation,
-    decode_hami_node_register,
-    decode_node_gpus,
+)
+from vslice_core.clusterobjects import (
+    allocation_value,
+    annotations_of,
+    metadata_of,
+    node_inventory,
+    node_name,
+    object_name,
+    pod_finished,
 )
 from vslice_core.errors import DecodeError
 from vslice_core.ledger import Ledger
@@ -46,29 +52,6 @@ from vslice_control.extender.holds import Holds
 from vslice_control.extender.trust import Proofs, Reports
 
 log = logging.getLogger("vslice.extender.feed")
-
-FINISHED_PHASES = ("Succeeded", "Failed")
-
-
-def _metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    metadata = obj.get("metadata")
-    return metadata if isinstance(metadata, Mapping) else {}
-
-
-def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    annotations = _metadata(obj).get("annotations")
-    return annotations if isinstance(annotations, Mapping) else {}
-
-
-def node_inventory(node: Mapping[str, Any]) -> NodeInventory | None:
-    """The node's GPU inventory from its annotations; None without one. Raises DecodeError."""
-    name = str(_metadata(node).get("name", ""))
-    annotations = _annotations(node)
-    if NODE_GPUS in annotations:
-        return decode_node_gpus(str(annotations[NODE_GPUS]), name)
-    if HAMI_NODE_REGISTER in annotations:
-        return decode_hami_node_register(str(annotations[HAMI_NODE_REGISTER]), name)
-    return None
 
 
 class NodeFeed:
@@ -93,21 +76,21 @@ class NodeFeed:
         with self._ledger.bulk():  # a full list: rank the nodes once, at the end
             present = set()
             for node in items:
-                present.add(str(_metadata(node).get("name", "")))
+                present.add(str(metadata_of(node).get("name", "")))
                 self._apply(node)
             for name in set(self._ledger.node_names()) - present:
                 self._forget(name)
 
     def apply(self, event: str, obj: dict[str, Any]) -> None:
         if event == "DELETED":
-            self._forget(str(_metadata(obj).get("name", "")))
+            self._forget(str(metadata_of(obj).get("name", "")))
         else:
             self._apply(obj)
 
     def _apply(self, node: Mapping[str, Any]) -> None:
-        name = str(_metadata(node).get("name", ""))
-        annotations = _annotations(node)
-        values = (annotations.get(NODE_GPUS), annotations.get(HAMI_NODE_REGISTER))
+        name = object_name(node)
+        found = annotations_of(node)
+        values = (found.get(NODE_GPUS), found.get(HAMI_NODE_REGISTER))
         with self._lock:
             if self._applied.get(name) == values:
                 return  # heartbeats and lock changes: the inventory did not change
@@ -197,7 +180,7 @@ class PodFeed:
         return uid in self._known
 
     def replace(self, items: list[dict[str, Any]]) -> None:
-        present = {str(_metadata(pod).get("uid", "")) for pod in items}
+        present = {str(metadata_of(pod).get("uid", "")) for pod in items}
         self._known = present
         with self._ledger.bulk():  # every bound pod: rank the nodes once, at the end
             for pod in items:
@@ -219,12 +202,12 @@ class PodFeed:
 
     def apply(self, event: str, obj: dict[str, Any]) -> None:
         if event == "DELETED":
-            uid = str(_metadata(obj).get("uid", ""))
+            uid = str(metadata_of(obj).get("uid", ""))
             self._known.discard(uid)
             self._holds.drop(uid)
             self._gone(uid)
         else:
-            self._known.add(str(_metadata(obj).get("uid", "")))
+            self._known.add(str(metadata_of(obj).get("uid", "")))
             self._apply(obj)
         self._reports.overbooked(self._ledger.overbooked())
 
@@ -235,24 +218,23 @@ class PodFeed:
         self._reports.forget(uid)
 
     def _apply(self, pod: Mapping[str, Any]) -> None:
-        metadata = _metadata(pod)
-        uid = str(metadata.get("uid", ""))
-        phase = (pod.get("status") or {}).get("phase")
-        value = _annotations(pod).get(ALLOCATION)
-        node = str((pod.get("spec") or {}).get("nodeName") or "")
-        if phase in FINISHED_PHASES:
+        meta = metadata_of(pod)
+        uid = str(meta.get("uid", ""))
+        value = allocation_value(pod)
+        node = node_name(pod)
+        if pod_finished(pod):
             self._holds.drop(uid)
             self._gone(uid)
         elif value is not None and node:
-            self._record(uid, node, str(value), metadata)
+            self._record(uid, node, value, meta)
         elif node:
             pass  # a bound pod's allocation removed: what it held stays booked until it ends
         elif uid not in self._holds:
             self._ledger.release(uid)
 
-    def _record(self, uid: str, node: str, value: str, metadata: Mapping[str, Any]) -> None:
-        namespace = str(metadata.get("namespace", "default"))
-        name = str(metadata.get("name", ""))
+    def _record(self, uid: str, node: str, value: str, meta: Mapping[str, Any]) -> None:
+        namespace = str(meta.get("namespace", "default"))
+        name = str(meta.get("name", ""))
         try:
             allocation = decode_allocation(value)
         except DecodeError as exc:
@@ -261,7 +243,7 @@ class PodFeed:
             self._reports.unreadable(namespace, name, uid, node, str(exc))
             return
         self._ledger.unblock(uid)
-        proof = _annotations({"metadata": metadata}).get(PROOF)
+        proof = annotations_of({"metadata": meta}).get(PROOF)
         why = self._proofs.problem(str(proof) if proof else None, uid, node, value)
         if why is None:
             self._ledger.add(uid, allocation, namespace)

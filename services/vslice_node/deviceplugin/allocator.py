@@ -33,6 +33,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from vslice_core import annotations as ann
+from vslice_core.clusterobjects import pod_deleting, pod_finished
 from vslice_core.errors import ClusterError, DecodeError, VsliceError
 from vslice_core.proof import PROOF
 
@@ -83,7 +84,6 @@ def pod_facts(pod: Mapping[str, Any]) -> PodFacts:
     delivered_text = annotations.get(ann.DELIVERED)
     allocation = ann.decode_allocation(allocation_text) if allocation_text else None
     delivered = ann.decode_delivered(delivered_text).containers if delivered_text else []
-    phase = (pod.get("status") or {}).get("phase", "")
     bound_text = annotations.get(ann.BIND_TIME)
     try:
         bound = ann.decode_bind_time(bound_text) if bound_text else None
@@ -96,7 +96,8 @@ def pod_facts(pod: Mapping[str, Any]) -> PodFacts:
         since=meta.get("creationTimestamp", ""),
         allocation=allocation,
         delivered=frozenset(delivered),
-        finished=phase in ("Succeeded", "Failed") or bool(meta.get("deletionTimestamp")),
+        # Not to be started again: no container of a pod that ended or is going gets a slice.
+        finished=pod_finished(pod) or pod_deleting(pod),
         bound=bound,
     )
 
