@@ -22,7 +22,7 @@ from vslice_kube.nodestate import NodeState
 from vslice_lab.lab import services_kubeconfig_path
 from vslice_lab.layout import Layout
 from vslice_node.agent.nodeagent import NodeAgent
-from vslice_node.agent.settings import DevicePluginSettings
+from vslice_node.agent.settings import NodeAgentSettings
 from vslice_node.deviceplugin.api import deviceplugin_pb2 as pb
 from vslice_node.gpus.backends.static import StaticBackend
 
@@ -41,7 +41,7 @@ def _services_kubeconfig(lab: LabHandle) -> Path:
 @pytest.fixture
 def plugin(lab: LabHandle, tmp_path: Path) -> Iterator[tuple[NodeAgent, Path]]:
     directory = Path(tempfile.mkdtemp(prefix="vsdp-", dir="/tmp"))
-    settings = DevicePluginSettings(
+    settings = NodeAgentSettings(
         node_name=NODE,
         backend="static",
         inventory=str(INVENTORY),

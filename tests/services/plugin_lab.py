@@ -19,7 +19,7 @@ from memory_nodeapi import MemoryNodeApi
 from vslice_core import annotations as ann
 from vslice_core.model import Allocation, ContainerAllocation, GpuGrant
 from vslice_node.agent.nodeagent import NodeAgent
-from vslice_node.agent.settings import DevicePluginSettings
+from vslice_node.agent.settings import NodeAgentSettings
 from vslice_node.deviceplugin.api import deviceplugin_pb2 as pb
 from vslice_node.deviceplugin.api import deviceplugin_pb2_grpc as pb_grpc
 from vslice_node.gpus.backends.static import StaticBackend
@@ -88,7 +88,7 @@ def make_lab(sockets: Path, files: Path, **settings: Any) -> Lab:
     api = MemoryNodeApi()
     api.put_node(NODE)
     backend = StaticBackend(inventory_file, NODE, poll_s=0.1)
-    plugin = NodeAgent(DevicePluginSettings(**values), backend, api)
+    plugin = NodeAgent(NodeAgentSettings(**values), backend, api)
     return Lab(plugins, inventory_file, files / "containers", files, api, plugin)
 
 

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from vslice_core.errors import InvalidRequest
 from vslice_core.model import GpuGrant
-from vslice_node.agent.settings import DevicePluginSettings
+from vslice_node.agent.settings import NodeAgentSettings
 from vslice_node.handover import cdispec
 from vslice_node.handover.cdispec import DeviceNumbers
 from vslice_node.handover.container import (
@@ -106,14 +106,13 @@ def test_the_limits_directory_is_mounted_read_only_apart_from_the_region() -> No
 
 
 def test_node_wide_shim_settings_reach_the_container_only_when_set() -> None:
-    settings = DevicePluginSettings(
+    settings = NodeAgentSettings(
         backend="static", inventory="x.yaml", context_overhead="300m", shim_log_level=""
     )
-    assert settings.shim_env == {"VSLICE_CONTEXT_OVERHEAD": "300m"}
+    shim_env = settings.handover.shim_env
+    assert shim_env == {"VSLICE_CONTEXT_OVERHEAD": "300m"}
     for mode in ("cdi", "mounts"):
-        answer = delivery(
-            handover(injection=mode, shim_env=settings.shim_env), [grant()], "u", "c", {}
-        )
+        answer = delivery(handover(injection=mode, shim_env=shim_env), [grant()], "u", "c", {})
         assert answer.envs["VSLICE_CONTEXT_OVERHEAD"] == "300m"
         assert "VSLICE_LOG_LEVEL" not in answer.envs
 
@@ -382,16 +381,16 @@ def test_cdi_kinds_follow_the_cdi_librarys_rules(kind: str, valid: bool) -> None
 
 
 def test_the_new_settings_default_to_cdi_with_no_driver_edits() -> None:
-    settings = DevicePluginSettings(backend="static", inventory="x.yaml")
-    assert settings.injection == "cdi"
-    assert settings.cdi_spec_dir == "/var/run/cdi"
-    assert settings.cdi_kind == "vslice.io/gpu"
-    assert settings.driver_libraries == []
-    assert settings.driver_container_dir == "/usr/local/nvidia/lib64"
-    assert settings.driver_env == {}
-    assert settings.driver_mounts == []
-    assert settings.host_dev_dir == "/dev"
-    assert settings.driver_cdi_devices == []
+    settings = NodeAgentSettings(backend="static", inventory="x.yaml")
+    assert settings.handover.injection == "cdi"
+    assert settings.cdi.spec_dir == "/var/run/cdi"
+    assert settings.cdi.kind == "vslice.io/gpu"
+    assert settings.driver.libraries == []
+    assert settings.driver.container_dir == "/usr/local/nvidia/lib64"
+    assert settings.driver.env == {}
+    assert settings.driver.mounts == []
+    assert settings.driver.host_dev_dir == "/dev"
+    assert settings.driver.cdi_devices == []
 
 
 def test_driver_settings_read_from_yaml_keep_numbers_as_strings(tmp_path: Path) -> None:
@@ -401,53 +400,53 @@ def test_driver_settings_read_from_yaml_keep_numbers_as_strings(tmp_path: Path) 
         "driver_env: {FAKE_NVIDIA_GPUS: 2, FAKE_FLAG: true}\n"
         "driver_mounts: [{host_path: /srv/state, container_path: /var/state, read_only: false}]\n"
     )
-    settings = load_settings(DevicePluginSettings, config)
-    assert settings.driver_env == {"FAKE_NVIDIA_GPUS": "2", "FAKE_FLAG": "true"}
-    assert settings.driver_mounts[0].read_only is False
+    settings = load_settings(NodeAgentSettings, config)
+    assert settings.driver.env == {"FAKE_NVIDIA_GPUS": "2", "FAKE_FLAG": "true"}
+    assert settings.driver.mounts[0].read_only is False
 
 
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        ({"injection": "oci"}, "injection: Input should be 'cdi' or 'mounts', got 'oci'"),
-        ({"cdi_spec_dir": "cdi"}, "cdi_spec_dir must be an absolute path, got 'cdi'"),
-        ({"host_dev_dir": "dev"}, "host_dev_dir must be an absolute path, got 'dev'"),
-        ({"driver_container_dir": "lib"}, "driver_container_dir must be an absolute path"),
-        ({"cdi_kind": "vslice.io"}, "cdi_kind must be 'vendor/class' with one '/', got"),
-        ({"cdi_kind": "vslice.io/g"}, "cdi_kind class 'g' must start with a letter"),
-        ({"driver_libraries": ["libcuda.so.1"]}, "driver_libraries[0] must be an absolute path"),
+        ({"injection": "oci"}, "handover.injection: Input should be 'cdi' or 'mounts', got 'oci'"),
+        ({"cdi_spec_dir": "cdi"}, "cdi.spec_dir must be an absolute path, got 'cdi'"),
+        ({"host_dev_dir": "dev"}, "driver.host_dev_dir must be an absolute path, got 'dev'"),
+        ({"driver_container_dir": "lib"}, "driver.container_dir must be an absolute path"),
+        ({"cdi_kind": "vslice.io"}, "cdi.kind must be 'vendor/class' with one '/', got"),
+        ({"cdi_kind": "vslice.io/g"}, "cdi.kind class 'g' must start with a letter"),
+        ({"driver_libraries": ["libcuda.so.1"]}, "driver.libraries[0] must be an absolute path"),
         (
             {"driver_libraries": ["/a/libcuda.so.1", "/b/libcuda.so.1"]},
             "'/a/libcuda.so.1' and '/b/libcuda.so.1' would both be mounted as 'libcuda.so.1'",
         ),
         (
             {"driver_env": {"CUDA_DEVICE_MEMORY_LIMIT_0": "99g"}},
-            "driver_env must not set 'CUDA_DEVICE_MEMORY_LIMIT_0': Allocate sets it",
+            "driver.env must not set 'CUDA_DEVICE_MEMORY_LIMIT_0': Allocate sets it",
         ),
-        ({"driver_env": {"A=B": "1"}}, "driver_env: 'A=B' is not a usable variable name"),
+        ({"driver_env": {"A=B": "1"}}, "driver.env: 'A=B' is not a usable variable name"),
         (
             {"driver_libraries": ["/a/libcuda.so.1"], "driver_env": {"LD_LIBRARY_PATH": "/x"}},
-            "driver_env must not set 'LD_LIBRARY_PATH' when driver_libraries are given",
+            "driver.env must not set 'LD_LIBRARY_PATH' when driver.libraries are given",
         ),
         (
             {"driver_mounts": [{"host_path": "state", "container_path": "/state"}]},
-            "driver_mounts[0].host_path must be an absolute path, got 'state'",
+            "driver.mounts[0].host_path must be an absolute path, got 'state'",
         ),
         (
             {"driver_mounts": [{"host_path": "/s", "container_path": "/etc/ld.so.preload"}]},
-            "'/etc/ld.so.preload' is already the mount point of preload_file",
+            "'/etc/ld.so.preload' is already the mount point of handover.preload_file",
         ),
         (
             {"driver_mounts": [{"host_path": "/s", "container_path": "/s", "ro": True}]},
-            "unknown setting 'driver_mounts.0.ro'",
+            "unknown setting 'driver.mounts.0.ro'",
         ),
         (
             {"driver_cdi_devices": ["nvidia.com/gpu={serial}"]},
-            "driver_cdi_devices[0] unknown placeholder {serial}",
+            "driver.cdi_devices[0] unknown placeholder {serial}",
         ),
         (
             {"driver_cdi_devices": ["nvidia.com/gpu"]},
-            "driver_cdi_devices[0] must be 'vendor/class=name', got 'nvidia.com/gpu'",
+            "driver.cdi_devices[0] must be 'vendor/class=name', got 'nvidia.com/gpu'",
         ),
     ],
 )
@@ -457,5 +456,5 @@ def test_invalid_delivery_settings_are_refused_naming_the_setting_and_value(
     config = tmp_path / "device-plugin.yaml"
     config.write_text(yaml.safe_dump({"backend": "static", "inventory": "x.yaml", **values}))
     with pytest.raises(InvalidRequest) as raised:
-        load_settings(DevicePluginSettings, config)
+        load_settings(NodeAgentSettings, config)
     assert message in str(raised.value)

@@ -178,12 +178,12 @@ def test_serve_refuses_an_unknown_node_in_the_inventory_naming_the_known_ones(
 @pytest.mark.parametrize(
     ("setting", "value", "message"),
     [
-        ("resource_name", "gpu", "resource_name must be 'domain/name', got 'gpu'"),
+        ("resource_name", "gpu", "device_plugin.resource_name must be 'domain/name', got 'gpu'"),
         ("backend", "cuda", "backend"),
         ("inventory", "", "backend static needs inventory"),
         ("slots_per_gpu", 0, "slots_per_gpu"),
-        ("cdi_kind", "gpu", "cdi_kind must be 'vendor/class' with one '/', got 'gpu'"),
-        ("host_dev_dir", "dev", "host_dev_dir must be an absolute path, got 'dev'"),
+        ("cdi_kind", "gpu", "cdi.kind must be 'vendor/class' with one '/', got 'gpu'"),
+        ("host_dev_dir", "dev", "driver.host_dev_dir must be an absolute path, got 'dev'"),
     ],
 )
 def test_invalid_settings_exit_2_naming_the_setting(

@@ -16,7 +16,7 @@ from typing import Any
 import pynvml
 from memory_nodeapi import MemoryNodeApi
 from vslice_node.agent.nodeagent import NodeAgent
-from vslice_node.agent.settings import DevicePluginSettings
+from vslice_node.agent.settings import NodeAgentSettings
 from vslice_node.gpus.backends.nvml import NvmlBackend
 
 UUIDS = ["GPU-11111111-0000-4000-8000-000000000000", "GPU-11111111-0000-4000-8000-000000000001"]
@@ -122,7 +122,7 @@ def test_an_application_xid_leaves_the_gpu_healthy_and_a_hardware_xid_does_not()
 
 def test_an_xid_turns_that_gpus_devices_unhealthy_on_the_plugins_board(tmp_path: Path) -> None:
     driver = Driver()
-    settings = DevicePluginSettings(
+    settings = NodeAgentSettings(
         node_name="node-1",
         backend="nvml",
         slots_per_gpu=2,

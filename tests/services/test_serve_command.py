@@ -143,21 +143,31 @@ def _wait_for_health(port: int, tls: ssl.SSLContext) -> Reply:
 
 
 def test_every_setting_of_every_service_is_in_the_configuration_reference() -> None:
-    from vslice_node.agent.settings import DevicePluginSettings
+    from vslice_node.agent.flatkeys import FLAT_KEYS
+    from vslice_node.agent.groups import GROUPS
+    from vslice_node.agent.settings import NodeAgentSettings
     from vslice_node.monitor.settings import MonitorSettings
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
     sections = {
         "vslice serve scheduler": SchedulerSettings,
         "vslice serve webhook": WebhookSettings,
-        "vslice serve device-plugin": DevicePluginSettings,
+        "vslice serve device-plugin": NodeAgentSettings,
         "vslice serve monitor": MonitorSettings,
     }
     shared = text.split("## What every service shares", 1)[1].split("\n## ", 1)[0]
     for title, settings in sections.items():
         section = text.split(f"## `{title}`", 1)[1].split("\n## ", 1)[0]
         for name in settings.model_fields:
+            if settings is NodeAgentSettings and name in GROUPS:
+                assert f"### `{name}`" in section, f"group {name} of {title} is not documented"
+                continue
             assert f"| `{name}` |" in section + shared, f"{name} of {title} is not documented"
+    # The node agent's grouped settings, each with the flat key that still selects it.
+    agent = text.split("## `vslice serve device-plugin`", 1)[1].split("\n## ", 1)[0]
+    for flat, (group, leaf) in FLAT_KEYS.items():
+        row = f"| `{group}.{leaf}` | `{flat}` |"
+        assert row in agent, f"{group}.{leaf} (flat {flat}) of the node agent is not documented"
 
 
 def test_stopping_lets_a_call_being_handled_finish() -> None:

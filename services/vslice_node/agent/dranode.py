@@ -13,7 +13,7 @@ from typing import Any
 from vslice_core.dra import DRIVER
 from vslice_core.model import NodeInventory
 
-from vslice_node.agent.settings import DevicePluginSettings
+from vslice_node.agent.groups import DraDriverSettings
 from vslice_node.dra.prepare import ClaimPreparer
 from vslice_node.dra.publisher import SlicePublisher
 from vslice_node.dra.server import DRA_SOCKET_NAME, DRAPluginServer
@@ -52,31 +52,37 @@ class LazyDraApi:
         return uid
 
 
-def driver_dir(settings: DevicePluginSettings) -> Path:
+def driver_dir(settings: DraDriverSettings) -> Path:
     return Path(settings.kubelet_plugins_dir) / DRIVER
 
 
 class DraNode:
+    """The DRA front door, built from its own settings group and the little it shares with
+    the rest of the agent: the node's name, API access, the CDI spec directory (claims name
+    the node-wide spec's devices), the GPUs on the DRA path and the handover."""
+
     def __init__(
         self,
-        settings: DevicePluginSettings,
+        settings: DraDriverSettings,
+        *,
+        node_name: str,
+        kubeconfig: str,
+        cdi_spec_dir: Path,
         inventory: Callable[[], NodeInventory],
         handover: Handover,
     ) -> None:
-        api = LazyDraApi(settings.kubeconfig or None)
+        api = LazyDraApi(kubeconfig or None)
         self.checkpoint = Checkpoint(driver_dir(settings) / "checkpoint.json")
         self.preparer = ClaimPreparer(
-            settings.node_name,
+            node_name,
             inventory,
             api,
             handover,
-            Path(settings.cdi_spec_dir),
+            cdi_spec_dir,
             self.checkpoint,
         )
-        self.publisher = SlicePublisher(
-            api, settings.node_name, every_s=settings.dra_publish_seconds
-        )
-        socket = Path(settings.dra_socket or driver_dir(settings) / DRA_SOCKET_NAME)
+        self.publisher = SlicePublisher(api, node_name, every_s=settings.publish_seconds)
+        socket = Path(settings.socket or driver_dir(settings) / DRA_SOCKET_NAME)
         self.server = DRAPluginServer(
             self.preparer,
             driver_name=DRIVER,

@@ -16,14 +16,14 @@ from vslice_serving.httpserve import HttpService, Response, configure_logging, r
 from vslice_serving.settings import load_settings
 
 from vslice_node.agent.nodeagent import NodeAgent
-from vslice_node.agent.settings import DevicePluginSettings
+from vslice_node.agent.settings import NodeAgentSettings
 from vslice_node.gpus.backends import BackendUnavailable, GpuBackend
 from vslice_node.nodeapi import ConnectingNodeApi, NodeApi
 
 log = logging.getLogger("vslice.deviceplugin")
 
 
-def make_backend(settings: DevicePluginSettings) -> GpuBackend:
+def make_backend(settings: NodeAgentSettings) -> GpuBackend:
     if settings.backend == "static":
         from vslice_node.gpus.backends.static import StaticBackend
 
@@ -33,7 +33,7 @@ def make_backend(settings: DevicePluginSettings) -> GpuBackend:
     return NvmlBackend(settings.node_name, settings.slots_per_gpu)
 
 
-def connect_api(settings: DevicePluginSettings) -> NodeApi:
+def connect_api(settings: NodeAgentSettings) -> NodeApi:
     def connect() -> NodeApi:
         from vslice_kube.nodestate import NodeState
 
@@ -42,7 +42,7 @@ def connect_api(settings: DevicePluginSettings) -> NodeApi:
     return ConnectingNodeApi(connect)
 
 
-def http_service(settings: DevicePluginSettings, plugin: NodeAgent) -> HttpService:
+def http_service(settings: NodeAgentSettings, plugin: NodeAgent) -> HttpService:
     def healthz(_: bytes) -> Response:
         if plugin.endpoint.serving:
             return Response.text("ok")
@@ -58,7 +58,7 @@ def http_service(settings: DevicePluginSettings, plugin: NodeAgent) -> HttpServi
 def serve(config_path: str | None) -> int:
     """Run the device plugin; the exit status (2 for bad settings or inventory)."""
     # An InvalidRequest here reaches `vslice serve`, which prints it and exits 2.
-    settings = load_settings(DevicePluginSettings, config_path)
+    settings = load_settings(NodeAgentSettings, config_path)
     configure_logging("device-plugin", settings.log_level)
     try:
         backend = make_backend(settings)

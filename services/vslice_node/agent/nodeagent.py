@@ -22,7 +22,8 @@ from vslice_core.dra.devices import split
 from vslice_core.model import NodeInventory
 
 from vslice_node.agent.dranode import DraNode
-from vslice_node.agent.settings import DevicePluginSettings
+from vslice_node.agent.groups import CdiSettings, DriverSettings, HandoverSettings
+from vslice_node.agent.settings import NodeAgentSettings
 from vslice_node.deviceplugin.allocator import Allocator
 from vslice_node.deviceplugin.api import deviceplugin_pb2_grpc as pb_grpc
 from vslice_node.deviceplugin.board import DeviceBoard
@@ -51,49 +52,49 @@ from vslice_node.nodeapi import NodeApi
 log = logging.getLogger("vslice.deviceplugin")
 
 
-def handover_of(settings: DevicePluginSettings) -> Handover:
-    """The settings' description of how this node hands GPUs to containers."""
+def handover_of(handover: HandoverSettings, driver: DriverSettings, cdi: CdiSettings) -> Handover:
+    """How this node hands GPUs to containers, from the handover and driver settings (and the
+    CDI kind the node-wide spec is written under)."""
     layout = Layout(
-        cache_root=Path(settings.cache_root),
-        container_cache_root=settings.container_cache_root,
-        shim_library=settings.shim_library,
-        preload_file=settings.preload_file,
-        limits_root=Path(settings.limits_root),
+        cache_root=Path(handover.cache_root),
+        container_cache_root=handover.container_cache_root,
+        shim_library=handover.shim_library,
+        preload_file=handover.preload_file,
+        limits_root=Path(handover.limits_root),
     )
-    driver = Driver(
-        libraries=tuple(settings.driver_libraries),
-        container_dir=settings.driver_container_dir,
-        env=dict(settings.driver_env),
-        mounts=tuple(
-            MountSpec(m.container_path, m.host_path, m.read_only) for m in settings.driver_mounts
-        ),
-        dev_dir=settings.host_dev_dir,
+    files = Driver(
+        libraries=tuple(driver.libraries),
+        container_dir=driver.container_dir,
+        env=dict(driver.env),
+        mounts=tuple(MountSpec(m.container_path, m.host_path, m.read_only) for m in driver.mounts),
+        dev_dir=driver.host_dev_dir,
     )
     return Handover(
         layout=layout,
-        driver=driver,
-        shim_env=settings.shim_env,
-        injection=settings.injection,
-        cdi_kind=settings.cdi_kind,
-        driver_cdi_devices=tuple(settings.driver_cdi_devices),
+        driver=files,
+        shim_env=handover.shim_env,
+        injection=handover.injection,
+        cdi_kind=cdi.kind,
+        driver_cdi_devices=tuple(driver.cdi_devices),
     )
 
 
 class NodeAgent:
-    def __init__(self, settings: DevicePluginSettings, backend: GpuBackend, api: NodeApi) -> None:
+    def __init__(self, settings: NodeAgentSettings, backend: GpuBackend, api: NodeApi) -> None:
         self.settings = settings
         self.backend = backend
+        plugin, dra = settings.device_plugin, settings.dra_driver
         self.board = DeviceBoard(virtual_devices(self.extender_inventory().gpus))
-        self.handover = handover_of(settings)
+        self.handover = handover_of(settings.handover, settings.driver, settings.cdi)
         self.layout = self.handover.layout
         self.shim_state = "not checked"
         self.host_files = HostFiles()
         self.spec_file = SpecFile(
-            Path(settings.cdi_spec_dir), settings.cdi_kind, settings.node_name
+            Path(settings.cdi.spec_dir), settings.cdi.kind, settings.node_name
         )
         self.pod_resources = (
-            PodResourcesClient(settings.pod_resources_socket, settings.resource_name)
-            if settings.pod_resources_socket
+            PodResourcesClient(plugin.pod_resources_socket, plugin.resource_name)
+            if plugin.pod_resources_socket
             else None
         )
         self.allocator = Allocator(
@@ -101,41 +102,52 @@ class NodeAgent:
             api,
             self.handover,
             backend.minors,
-            api_wait_s=settings.api_wait_seconds,
+            api_wait_s=plugin.api_wait_seconds,
             kubelet_view=self.pod_resources.view if self.pod_resources else lambda: None,
-            proofs=ProofCheck(settings.allocation_key_file),
+            proofs=ProofCheck(plugin.allocation_key_file),
         )
         self.annotation = InventoryAnnotation(
-            api, settings.node_name, settings.annotate_every_seconds
+            api, settings.node_name, plugin.annotate_every_seconds
         )
         self.sweeper = CacheSweeper(
-            Path(settings.cache_root),
+            Path(settings.handover.cache_root),
             api,
             settings.node_name,
-            every_s=settings.region_sweep_seconds,
-            grace_s=settings.region_grace_seconds,
+            every_s=settings.handover.region_sweep_seconds,
+            grace_s=settings.handover.region_grace_seconds,
         )
         # Limits files go with their pods, on the same schedule as the region directories.
         self.limits_sweeper = CacheSweeper(
-            Path(settings.limits_root),
+            Path(settings.handover.limits_root),
             api,
             settings.node_name,
-            every_s=settings.region_sweep_seconds,
-            grace_s=settings.region_grace_seconds,
+            every_s=settings.handover.region_sweep_seconds,
+            grace_s=settings.handover.region_grace_seconds,
             what="limits directory",
         )
-        self.dra = DraNode(settings, self.dra_inventory, self.handover) if settings.dra else None
+        self.dra = (
+            DraNode(
+                dra,
+                node_name=settings.node_name,
+                kubeconfig=settings.kubeconfig,
+                cdi_spec_dir=Path(settings.cdi.spec_dir),
+                inventory=self.dra_inventory,
+                handover=self.handover,
+            )
+            if dra.enabled
+            else None
+        )
         if self.dra is not None:
             # Region and limits directories of prepared claims are named by claim UID: they
             # go when the kubelet unprepares the claim, not when no pod has that UID.
             self.sweeper.keep = self.limits_sweeper.keep = self.dra.checkpoint.uids
         self.servicer = DevicePluginServicer(self.board, self.allocator)
         self.endpoint = PluginEndpoint(
-            Path(settings.device_plugin_dir),
-            settings.socket_name,
-            settings.resource_name,
+            Path(plugin.dir),
+            plugin.socket_name,
+            plugin.resource_name,
             self._add_servicer,
-            poll_s=settings.kubelet_poll_seconds,
+            poll_s=plugin.kubelet_poll_seconds,
         )
         self._stop = threading.Event()
         self._refresher = threading.Thread(target=self._refresh_loop, name="refresh", daemon=True)
@@ -143,7 +155,8 @@ class NodeAgent:
     @property
     def dra_gpus(self) -> list[int] | None:
         """GPU indices on the DRA path: none without ``dra``, else the setting (None: all)."""
-        return self.settings.dra_gpus if self.settings.dra else []
+        dra = self.settings.dra_driver
+        return dra.gpus if dra.enabled else []
 
     def extender_inventory(self) -> NodeInventory:
         """The GPUs on the device-plugin path: advertised to the kubelet and in the node
@@ -232,7 +245,7 @@ class NodeAgent:
         return {
             "node": self.settings.node_name,
             "backend": self.backend.name,
-            "resource": self.settings.resource_name,
+            "resource": self.settings.device_plugin.resource_name,
             "kubelet": self.endpoint.status.as_dict(),
             "serving": self.endpoint.serving,
             "devices": len(devices),

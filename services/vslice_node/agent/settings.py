@@ -1,64 +1,54 @@
-"""Settings of ``vslice serve device-plugin`` (reference: docs/device-plugin.md).
+"""Settings of ``vslice serve device-plugin``, the node agent (reference: docs/configuration.md).
 
 Read like every service's settings (:mod:`vslice_serving.settings`): ``VSLICE_<SETTING>``
-variables over the ``--config`` YAML file over these defaults.
+variables over the ``--config`` YAML file over these defaults. The settings come in groups
+(:mod:`vslice_node.agent.groups`), one per concern; the node-wide settings (node name, API
+access, GPU backend, HTTP address) stay at the top. The names from before the groups are
+still accepted (:mod:`vslice_node.agent.flatkeys`).
 """
 
 from __future__ import annotations
 
-from pathlib import Path, PurePosixPath
+import socket
+from collections.abc import Mapping
+from pathlib import PurePosixPath
 from typing import Any, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
-    ValidationInfo,
-    field_validator,
     model_validator,
 )
-from vslice_serving.settings import NodeServiceSettings
+from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource
+from vslice_serving.settings import ServiceSettings
 
-from vslice_node.handover import cdispec
+from vslice_node.agent.flatkeys import (
+    RegroupedSource,
+    env_spelling,
+    environment_view,
+    file_spelling,
+    regroup,
+)
+from vslice_node.agent.groups import (
+    CdiSettings,
+    DevicePluginPathSettings,
+    DraDriverSettings,
+    DriverSettings,
+    HandoverSettings,
+)
 from vslice_node.handover.container import CONTAINER_LIMITS_DIR
 
-# sockaddr_un.sun_path holds 108 bytes including the terminating NUL.
-MAX_SOCKET_PATH = 107
 
-# Variables Allocate sets per container. In CDI mode the spec's variables are applied after
-# the response's, so a driver_env entry of one of these names would override a limit.
-PER_CONTAINER_ENV = ("NVIDIA_VISIBLE_DEVICES", "CUDA_DEVICE_MEMORY_SHARED_CACHE")
-PER_CONTAINER_ENV_PREFIXES = ("CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_SM_LIMIT", "VSLICE_")
-
-
-class DriverMount(BaseModel):
-    """One extra host file or directory every GPU container gets (``driver_mounts``)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    host_path: str
-    container_path: str
-    read_only: bool = True
-
-
-def _env_text(value: Any) -> Any:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value) if isinstance(value, int | float) else value
-
-
-def _absolute(name: str, value: str) -> str:
-    if not value.startswith("/"):
-        raise ValueError(f"{name} must be an absolute path, got {value!r}")
-    return value
-
-
-class DevicePluginSettings(NodeServiceSettings):
-    """``vslice serve device-plugin``: the kubelet device plugin of one node."""
+class NodeAgentSettings(ServiceSettings):
+    """``vslice serve device-plugin``: the node agent (device plugin and DRA driver)."""
 
     listen: str = Field(
         default="0.0.0.0:9400",
         description='HTTP address of /healthz and /status, "HOST:PORT".',
+    )
+    node_name: str = Field(
+        default_factory=socket.gethostname,
+        min_length=1,
+        description="This node's name in Kubernetes (default: the host name).",
     )
     backend: Literal["static", "nvml"] = Field(
         default="nvml",
@@ -69,308 +59,81 @@ class DevicePluginSettings(NodeServiceSettings):
         description="Inventory YAML (CLUSTER format) for the static backend; the entry named "
         "node_name is this node's.",
     )
-    device_plugin_dir: str = Field(
-        default="/var/lib/kubelet/device-plugins",
-        description="The kubelet's device-plugin directory (kubelet.sock lives there).",
-    )
-    pod_resources_socket: str = Field(
-        default="/var/lib/kubelet/pod-resources/kubelet.sock",
-        description="The kubelet's PodResources API socket, asked on every Allocate which pods "
-        "it has admitted and which containers already hold devices (matching then follows the "
-        "kubelet's own record); empty or absent: match from the cluster's record alone.",
-    )
-    socket_name: str = Field(
-        default="vslice.sock", description="File name of the plugin's socket in that directory."
-    )
-    resource_name: str = Field(
-        default="nvidia.com/gpu", description="Extended resource the plugin advertises."
-    )
     slots_per_gpu: int = Field(
         default=10, ge=1, le=1000, description="Slices per GPU on the nvml backend."
     )
-    container_cache_root: str = Field(
-        default="/run/vslice", description="Where those directories appear inside containers."
+    handover: HandoverSettings = Field(
+        default_factory=HandoverSettings,
+        description="What every GPU container gets from vslice: shim, region and limits files.",
     )
-    limits_root: str = Field(
-        default="/var/lib/vslice/limits",
-        description="Host directory of the containers' limits files: "
-        "<limits_root>/<pod uid>/<container>/limits, mounted read-only at /run/vslice-limits "
-        "in the container; keep it apart from cache_root (the region directory is writable).",
+    driver: DriverSettings = Field(
+        default_factory=DriverSettings,
+        description="The GPU driver's files in every GPU container, where vslice brings them.",
     )
-    allocation_key_file: str = Field(
-        default="",
-        description="Key file of the allocation proofs (vslice.io/allocation-proof, the same "
-        "file as the extender's): an allocation without a valid proof is refused. Set but "
-        "missing or unreadable: every Allocate is refused. Empty: proofs are not checked.",
+    cdi: CdiSettings = Field(
+        default_factory=CdiSettings, description="The node-wide CDI spec file."
     )
-    shim_library: str = Field(
-        default="/usr/local/vslice/lib/libvslice.so",
-        description="The shim on the host; mounted read-only at the same path in containers.",
+    device_plugin: DevicePluginPathSettings = Field(
+        default_factory=DevicePluginPathSettings,
+        description="The kubelet device-plugin front door.",
     )
-    preload_file: str = Field(
-        default="/usr/local/vslice/ld.so.preload",
-        description="Host file naming the shim, mounted as the container's /etc/ld.so.preload.",
-    )
-    context_overhead: str = Field(
-        default="",
-        description="Passed to containers as VSLICE_CONTEXT_OVERHEAD: device memory the shim "
-        "charges per process for its CUDA context (e.g. 300m); empty: the shim's default (0).",
-    )
-    shim_log_level: str = Field(
-        default="",
-        description="Passed to containers as VSLICE_LOG_LEVEL (off|error|warn|info|debug); "
-        "empty: the shim's default.",
-    )
-    injection: Literal["cdi", "mounts"] = Field(
-        default="cdi",
-        description="How the node-wide edits reach containers: cdi (a CDI spec file in "
-        "cdi_spec_dir, Allocate names CDI devices) or mounts (everything in the Allocate "
-        "response, for runtimes without CDI).",
-    )
-    cdi_spec_dir: str = Field(
-        default="/var/run/cdi",
-        description="Directory the runtime reads CDI specs from; the plugin writes "
-        "<vendor>-<class>.json there (injection cdi).",
-    )
-    cdi_kind: str = Field(
-        default=cdispec.DEFAULT_KIND,
-        description='CDI kind ("vendor/class") of the spec; devices are <kind>=<gpu uuid>.',
-    )
-    driver_libraries: list[str] = Field(
-        default_factory=list,
-        description="Host paths of driver libraries mounted read-only into every GPU "
-        "container at <driver_container_dir>/<file name> (empty: the NVIDIA container "
-        "toolkit brings the driver).",
-    )
-    driver_container_dir: str = Field(
-        default="/usr/local/nvidia/lib64",
-        description="Container directory of driver_libraries; set as LD_LIBRARY_PATH when "
-        "any are given.",
-    )
-    driver_env: dict[str, str] = Field(
-        default_factory=dict,
-        description="Extra environment of every GPU container (e.g. the fake driver's "
-        "FAKE_NVIDIA_GPUS).",
-    )
-    driver_mounts: list[DriverMount] = Field(
-        default_factory=list,
-        description="Extra mounts of every GPU container: {host_path, container_path, "
-        "read_only (default true)}.",
-    )
-    host_dev_dir: str = Field(
-        default="/dev",
-        description="Host directory holding nvidia<minor>, nvidiactl, nvidia-uvm and "
-        "nvidia-uvm-tools; they appear under /dev in containers.",
-    )
-    driver_cdi_devices: list[str] = Field(
-        default_factory=list,
-        description='CDI device names added per granted GPU, "{uuid}" and "{index}" filled '
-        'in (e.g. "nvidia.com/gpu={uuid}" where nvidia-ctk wrote a spec).',
-    )
-    annotate_every_seconds: float = Field(
-        default=60.0,
-        gt=0,
-        description="The node's vslice.io/node-gpus annotation is rewritten at least this "
-        "often (and at once when the inventory or health changes).",
-    )
-    kubelet_poll_seconds: float = Field(
-        default=0.25,
-        gt=0,
-        le=2,
-        description="How often the plugin checks for a kubelet restart (socket directory).",
-    )
-    api_wait_seconds: float = Field(
-        default=10.0,
-        gt=0,
-        description="How long Allocate keeps retrying an unreachable API server.",
-    )
-    dra: bool = Field(
-        default=False,
-        description="Also serve vslice's DRA driver (gpu.vslice.io) on this node: publish its "
-        "ResourceSlice and prepare ResourceClaims for the kubelet (Kubernetes 1.36 or newer; "
-        "needs injection cdi). The device-plugin path keeps working beside it.",
-    )
-    dra_gpus: list[int] | None = Field(
-        default=None,
-        description="With dra: the indices of the GPUs served on the DRA path; the others stay "
-        "on the device-plugin path. A GPU serves one path only (neither allocator sees the "
-        "other's slices). Empty (null): every GPU.",
-    )
-    kubelet_plugins_registry: str = Field(
-        default="/var/lib/kubelet/plugins_registry",
-        description="The kubelet's plugin registration directory (the DRA driver's "
-        "registration socket goes there).",
-    )
-    kubelet_plugins_dir: str = Field(
-        default="/var/lib/kubelet/plugins",
-        description="Parent of the DRA driver's own directory: its gRPC socket and its "
-        "checkpoint of prepared claims live in <kubelet_plugins_dir>/gpu.vslice.io/.",
-    )
-    dra_socket: str = Field(
-        default="",
-        description="The DRA driver's gRPC socket (named to the kubelet at registration); "
-        "empty: <kubelet_plugins_dir>/gpu.vslice.io/dra.sock.",
-    )
-    dra_publish_seconds: float = Field(
-        default=30.0,
-        gt=0,
-        description="How often the node's ResourceSlice is checked against the API server "
-        "even when the GPUs did not change (someone may have deleted or edited it).",
-    )
-    region_sweep_seconds: float = Field(
-        default=10.0,
-        gt=0,
-        description="How often the region directories of pods that are gone are looked for.",
-    )
-    region_grace_seconds: float = Field(
-        default=30.0,
-        ge=0,
-        description="A region directory is removed once its pod is gone and the directory is "
-        "at least this old (covers a pod list taken just before an Allocate).",
+    dra_driver: DraDriverSettings = Field(
+        default_factory=DraDriverSettings,
+        description="The DRA front door, vslice's DRA driver gpu.vslice.io.",
     )
 
-    @field_validator("resource_name")
     @classmethod
-    def _extended_resource(cls, value: str) -> str:
-        domain, sep, name = value.partition("/")
-        if not sep or not domain or not name or "." not in domain:
-            raise ValueError(f"resource_name must be 'domain/name', got {value!r}")
-        if domain == "kubernetes.io" or domain.endswith(".kubernetes.io"):
-            raise ValueError(f"resource_name must not be in kubernetes.io, got {value!r}")
-        return value
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # As in ServiceSettings the environment wins over the file (the init values), but each
+        # is regrouped first; the environment is read through a view that knows the flat names.
+        environment = EnvSettingsSource(environment_view(settings_cls))
+        return (
+            RegroupedSource(settings_cls, environment, env_spelling),
+            RegroupedSource(settings_cls, init_settings, file_spelling),
+        )
 
-    @field_validator("socket_name")
+    @model_validator(mode="before")
     @classmethod
-    def _plain_file_name(cls, value: str) -> str:
-        if not value or "/" in value or value == "kubelet.sock":
-            raise ValueError(
-                f"socket_name must be a file name other than kubelet.sock, got {value!r}"
-            )
-        return value
-
-    @field_validator(
-        "cdi_spec_dir",
-        "driver_container_dir",
-        "host_dev_dir",
-        "limits_root",
-        "kubelet_plugins_registry",
-        "kubelet_plugins_dir",
-    )
-    @classmethod
-    def _absolute_dir(cls, value: str, info: ValidationInfo) -> str:
-        return _absolute(str(info.field_name), value)
-
-    @field_validator("cdi_kind")
-    @classmethod
-    def _cdi_kind(cls, value: str) -> str:
-        problem = cdispec.kind_problem(value)
-        if problem is not None:
-            raise ValueError(f"cdi_kind {problem}, got {value!r}")
-        return value
-
-    @field_validator("driver_libraries")
-    @classmethod
-    def _libraries(cls, value: list[str]) -> list[str]:
-        seen: dict[str, str] = {}
-        for i, path in enumerate(value):
-            _absolute(f"driver_libraries[{i}]", path)
-            name = PurePosixPath(path).name
-            if name in seen:
-                raise ValueError(
-                    f"driver_libraries: {seen[name]!r} and {path!r} would both be mounted as "
-                    f"{name!r}"
-                )
-            seen[name] = path
-        return value
-
-    @field_validator("driver_env", mode="before")
-    @classmethod
-    def _scalar_values(cls, value: Any) -> Any:
-        # YAML reads FAKE_NVIDIA_GPUS: 2 as a number; the environment only holds strings.
-        if isinstance(value, dict):
-            return {key: _env_text(item) for key, item in value.items()}
-        return value
-
-    @field_validator("driver_env")
-    @classmethod
-    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
-        for key, item in value.items():
-            if not key or "=" in key or "\0" in key or "\0" in item:
-                raise ValueError(f"driver_env: {key!r} is not a usable variable name or value")
-            if key in PER_CONTAINER_ENV or key.startswith(PER_CONTAINER_ENV_PREFIXES):
-                raise ValueError(
-                    f"driver_env must not set {key!r}: Allocate sets it for each container"
-                )
-        return value
-
-    @field_validator("driver_mounts")
-    @classmethod
-    def _mount_paths(cls, value: list[DriverMount]) -> list[DriverMount]:
-        for i, item in enumerate(value):
-            _absolute(f"driver_mounts[{i}].host_path", item.host_path)
-            _absolute(f"driver_mounts[{i}].container_path", item.container_path)
-        return value
-
-    @field_validator("driver_cdi_devices")
-    @classmethod
-    def _cdi_templates(cls, value: list[str]) -> list[str]:
-        for i, template in enumerate(value):
-            problem = cdispec.template_problem(template)
-            if problem is not None:
-                raise ValueError(f"driver_cdi_devices[{i}] {problem}, got {template!r}")
-        return value
-
-    @property
-    def shim_env(self) -> dict[str, str]:
-        env = {
-            "VSLICE_CONTEXT_OVERHEAD": self.context_overhead,
-            "VSLICE_LOG_LEVEL": self.shim_log_level,
-        }
-        return {key: value for key, value in env.items() if value}
+    def _flat_keys_into_groups(cls, data: Any) -> Any:
+        # The sources regrouped already; this serves model_validate, which bypasses them.
+        if isinstance(data, Mapping):
+            return regroup(data)
+        return data
 
     @model_validator(mode="after")
-    def _consistent(self) -> DevicePluginSettings:
+    def _consistent(self) -> NodeAgentSettings:
         if self.backend == "static" and not self.inventory:
             raise ValueError("backend static needs inventory (a CLUSTER YAML file), got ''")
-        socket_path = Path(self.device_plugin_dir) / self.socket_name
-        if len(str(socket_path)) > MAX_SOCKET_PATH:
+        if self.dra_driver.enabled and self.handover.injection != "cdi":
             raise ValueError(
-                f"device_plugin_dir/socket_name must be at most {MAX_SOCKET_PATH} characters "
-                f"(a unix socket path), got {str(socket_path)!r}"
-            )
-        if self.driver_libraries and "LD_LIBRARY_PATH" in self.driver_env:
-            raise ValueError(
-                "driver_env must not set 'LD_LIBRARY_PATH' when driver_libraries are given: "
-                f"it is set to driver_container_dir ({self.driver_container_dir!r})"
-            )
-        if self.dra and self.injection != "cdi":
-            raise ValueError(
-                "dra needs injection cdi (the kubelet hands DRA devices to the runtime only as "
-                f"CDI devices), got injection {self.injection!r}"
+                "dra_driver.enabled needs handover.injection cdi (the kubelet hands DRA devices "
+                f"to the runtime only as CDI devices), got injection {self.handover.injection!r}"
             )
         self._distinct_mount_points()
-        limits, cache = Path(self.limits_root), Path(self.cache_root)
-        if limits == cache or cache in limits.parents or limits in cache.parents:
-            raise ValueError(
-                f"limits_root {self.limits_root!r} must lie apart from cache_root "
-                f"{self.cache_root!r}: containers can write their region directories"
-            )
         return self
 
     def _distinct_mount_points(self) -> None:
         """Two node-wide mounts on one container path would silently hide one of them."""
-        directory = PurePosixPath(self.driver_container_dir)
+        handover, driver = self.handover, self.driver
+        directory = PurePosixPath(driver.container_dir)
         points = {
-            self.shim_library: "shim_library",
-            "/etc/ld.so.preload": "preload_file",
-            CONTAINER_LIMITS_DIR: "the limits file (limits_root)",
+            handover.shim_library: "handover.shim_library",
+            "/etc/ld.so.preload": "handover.preload_file",
+            CONTAINER_LIMITS_DIR: "the limits file (handover.limits_root)",
         }
-        for i, path in enumerate(self.driver_libraries):
-            points.setdefault(str(directory / PurePosixPath(path).name), f"driver_libraries[{i}]")
-        for i, item in enumerate(self.driver_mounts):
-            owner = points.setdefault(item.container_path, f"driver_mounts[{i}]")
-            if owner != f"driver_mounts[{i}]":
+        for i, path in enumerate(driver.libraries):
+            points.setdefault(str(directory / PurePosixPath(path).name), f"driver.libraries[{i}]")
+        for i, item in enumerate(driver.mounts):
+            owner = points.setdefault(item.container_path, f"driver.mounts[{i}]")
+            if owner != f"driver.mounts[{i}]":
                 raise ValueError(
-                    f"driver_mounts[{i}].container_path {item.container_path!r} is already the "
+                    f"driver.mounts[{i}].container_path {item.container_path!r} is already the "
                     f"mount point of {owner}"
                 )
