@@ -18,6 +18,9 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+# The views register how tables and plans render (``_repr_html_``, ``str``), so they load with
+# the package, before any table or plan can be shown.
+from vslice import views  # noqa: F401
 from vslice.errors import ClusterError, DecodeError, InvalidRequest, NoFit, Timeout, VsliceError
 from vslice.plans import Plan
 from vslice.slices import Slice

@@ -1,8 +1,9 @@
 """``Plan``: would a slice fit the cluster now, where, and if not, why (per node).
 
 A plan wraps the core engine's :class:`vslice_core.model.Decision` (the same engine the
-extender runs) with the request it answers. It renders as HTML in a notebook and as text,
-and ``to_dict()`` has the shape ``vslice plan --json`` prints.
+extender runs) with the request it answers. It renders as HTML in a notebook and as text
+(:mod:`vslice.views` draws it, through :mod:`vslice.rendering`), and ``to_dict()`` has the
+shape ``vslice plan --json`` prints.
 
 A pod on the DRA path (its ``spec.resourceClaims`` name claims of vslice's device class) is
 planned with the same engine: its request is read back from the claim or template
@@ -21,7 +22,7 @@ from vslice_core.model import Decision, GpuGrant, PodRequest
 from vslice_core.plan import plan_json
 from vslice_core.requests import pod_request
 
-from vslice import dra, manifests
+from vslice import dra, manifests, rendering
 from vslice.errors import InvalidRequest, NoFit
 from vslice.slices import Slice
 from vslice.snapshot import ClusterSnapshot
@@ -104,14 +105,10 @@ class Plan:
         return result
 
     def _repr_html_(self) -> str:
-        from vslice import views
-
-        return views.plan_html(self)
+        return rendering.as_html(self)
 
     def __str__(self) -> str:
-        from vslice import views
-
-        return views.plan_text(self)
+        return rendering.as_text(self)
 
     def __repr__(self) -> str:
         where = f"fits on {self.node}" if self.fits else "does not fit"

@@ -3,8 +3,9 @@
 ``client.gpus()`` returns a :class:`GpuTable` of :class:`GpuRow` (one per GPU, with what is
 allocated on it and which pods hold it); ``client.allocations()`` returns an
 :class:`AllocationTable` of :class:`AllocationRow` (one per pod, container and GPU). Tables
-are sequences, render themselves in a notebook (``_repr_html_``) and as text (``str``), and
-convert to a pandas DataFrame with ``to_pandas()`` when pandas is installed.
+are sequences, render themselves in a notebook (``_repr_html_``) and as text (``str``) with
+the renderers :mod:`vslice.views` registers in :mod:`vslice.rendering`, and convert to a pandas
+DataFrame with ``to_pandas()`` when pandas is installed.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import dataclasses
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+
+from vslice import rendering
 
 if TYPE_CHECKING:
     import pandas
@@ -147,14 +150,10 @@ class GpuTable(Table[GpuRow]):
         return sorted({row.model for row in self})
 
     def _repr_html_(self) -> str:
-        from vslice import views
-
-        return views.gpus_html(self)
+        return rendering.as_html(self)
 
     def __str__(self) -> str:
-        from vslice import views
-
-        return views.gpus_text(self)
+        return rendering.as_text(self)
 
     def __repr__(self) -> str:
         return f"<GpuTable: {len(self)} GPUs on {len(self.nodes())} nodes>"
@@ -167,14 +166,10 @@ class AllocationTable(Table[AllocationRow]):
         return [f.name for f in dataclasses.fields(AllocationRow)]
 
     def _repr_html_(self) -> str:
-        from vslice import views
-
-        return views.allocations_html(self)
+        return rendering.as_html(self)
 
     def __str__(self) -> str:
-        from vslice import views
-
-        return views.allocations_text(self)
+        return rendering.as_text(self)
 
     def __repr__(self) -> str:
         pods = len({row.holder for row in self})
@@ -213,11 +208,7 @@ class Placement:
         return f"<Placement {self.namespace}/{self.pod} on {self.node}: {count} GPU grant(s)>"
 
     def _repr_html_(self) -> str:
-        from vslice import views
-
-        return views.placement_html(self)
+        return rendering.as_html(self)
 
     def __str__(self) -> str:
-        from vslice import views
-
-        return views.placement_text(self)
+        return rendering.as_text(self)

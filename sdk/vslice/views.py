@@ -6,6 +6,9 @@ starts hidden and the stylesheet reveals it while hiding the fallback, so where 
 stripped (untrusted notebooks, static viewers) the text shows instead of a broken layout.
 Every string that comes from the cluster or the user goes through :func:`html.escape`;
 numbers are formatted by us. Node groups collapse with ``<details>`` (no JavaScript).
+
+The tables and plans render through :mod:`vslice.rendering`: this module reads their fields,
+so it registers its renderers there rather than being imported by them.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from importlib import resources
 from vslice_core import whynot
 from vslice_core.model import NodeVerdict, PodRequest
 
-from vslice import dra
+from vslice import dra, rendering
 from vslice.plans import Plan, explain
 from vslice.slices import format_mib
 from vslice.tables import AllocationRow, AllocationTable, GpuRow, GpuTable, Placement
@@ -433,3 +436,11 @@ def gib(mib: int) -> str:
     """MiB as GiB with one decimal and no unit, for columns headed ``(GiB)``: ``12288`` ->
     ``12.0``, ``512`` -> ``0.5``."""
     return f"{mib / 1024:.1f}"
+
+
+# --- What renders which object (its ``_repr_html_`` and ``str``) ------------------------
+
+rendering.register(GpuTable, html=gpus_html, text=gpus_text)
+rendering.register(AllocationTable, html=allocations_html, text=allocations_text)
+rendering.register(Placement, html=placement_html, text=placement_text)
+rendering.register(Plan, html=plan_html, text=plan_text)
