@@ -1,10 +1,12 @@
 """One consistent reading of the cluster: node inventories, pod allocations, and the ledger.
 
-Built from the raw Node and Pod objects (as the API sends them), with the core's codecs
-and ledger, so ``client.gpus()``, ``client.allocations()`` and ``client.plan()`` count usage
-exactly as the extender does. A malformed annotation never breaks the view: the node or
-pod is left out and the reason is kept in :attr:`ClusterSnapshot.problems`. Pods that ask
-for vslice resources but are not placed yet are kept in :attr:`ClusterSnapshot.pending`, so
+Built from the raw Node and Pod objects (as the API sends them), read by the core's one
+reader of cluster objects (:mod:`vslice_core.clusterobjects`: HAMi's node register included,
+"finished" as the extender means it) and counted by its ledger, so ``client.gpus()``,
+``client.allocations()`` and ``client.plan()`` count usage exactly as the extender does. A
+malformed annotation never breaks the view: the node or pod is left out and the reason is
+kept in :attr:`ClusterSnapshot.problems`. Pods that ask for vslice resources but are not
+placed yet are kept in :attr:`ClusterSnapshot.pending`, so
 ``decide`` can say why each one waits.
 
 The DRA path (driver ``gpu.vslice.io``) is read beside it, from ResourceSlices and
@@ -33,7 +35,14 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from vslice_core.annotations import ALLOCATION, NODE_GPUS, decode_allocation, decode_node_gpus
+from vslice_core.annotations import decode_allocation
+from vslice_core.clusterobjects import (
+    allocation_value,
+    node_inventory,
+    object_name,
+    pod_finished,
+)
+from vslice_core.clusterobjects import phase as pod_phase
 from vslice_core.dra import DRIVER as DRA_DRIVER
 from vslice_core.dra import claim_label
 from vslice_core.dra.allocations import allocation_of, reserved_for
@@ -46,7 +55,6 @@ from vslice_core.requests import pod_request, uses_gpus
 from vslice import dra
 from vslice.tables import AllocationRow, AllocationTable, GpuRow, GpuTable
 
-FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 UNRESERVED: Final = "Unreserved"
 """The phase of a DRA allocation no pod has reserved yet (it holds the GPU all the same)."""
 # What a hand-edited or foreign object can raise while it is read: never past the snapshot.
@@ -161,16 +169,15 @@ class ClusterSnapshot:
         return snapshot
 
     def _add_node(self, node: Mapping[str, Any]) -> None:
-        metadata = node.get("metadata") or {}
-        name = str(metadata.get("name", ""))
-        value = (metadata.get("annotations") or {}).get(NODE_GPUS)
-        if value is None:
-            return
+        name = object_name(node)
         try:
-            self.inventories[name] = decode_node_gpus(value, name)
+            inventory = node_inventory(node)
         except DecodeError as exc:
             self.problems.append(f"node {name}: {exc}")
             return
+        if inventory is None:
+            return
+        self.inventories[name] = inventory
         self.addresses[name] = internal_ip(node)
 
     def _add_slices(
@@ -212,11 +219,11 @@ class ClusterSnapshot:
 
     def _add_pod(self, pod: Mapping[str, Any]) -> None:
         metadata = pod.get("metadata") or {}
-        value = (metadata.get("annotations") or {}).get(ALLOCATION)
-        phase = str((pod.get("status") or {}).get("phase") or "")
+        value = allocation_value(pod)
+        phase = pod_phase(pod)
         if value is None and phase == "Pending" and not (pod.get("spec") or {}).get("nodeName"):
             self._add_pending(pod)
-        if value is None or phase in FINISHED_PHASES:
+        if value is None or pod_finished(pod):
             return
         namespace = str(metadata.get("namespace", "default"))
         name = str(metadata.get("name", ""))

@@ -14,7 +14,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from vslice_core.annotations import ALLOCATION, NODE_GPUS, decode_allocation, decode_node_gpus
+from vslice_core.annotations import ALLOCATION, decode_allocation
+from vslice_core.clusterobjects import allocation_value, node_inventory
 from vslice_core.dra import DRIVER
 from vslice_core.errors import DecodeError
 from vslice_core.requests import uses_gpus
@@ -74,7 +75,7 @@ class Workload:
     def allocation(self) -> Placement | None:
         """Node, GPUs (UUIDs and models), memory and cores; None until the pod is placed."""
         pod = self.pod()
-        value = ((pod or {}).get("metadata", {}).get("annotations") or {}).get(ALLOCATION)
+        value = None if pod is None else allocation_value(pod)
         if pod is not None and value is None and _on_dra_path(pod):
             return self._dra_allocation(pod)
         if pod is None or value is None:
@@ -128,8 +129,7 @@ class Workload:
         """GPU UUID -> model from the node's inventory (empty when it cannot be read)."""
         try:
             found = self._calls.get_node(node)
-            value = (found["metadata"].get("annotations") or {}).get(NODE_GPUS)
-            inventory = decode_node_gpus(str(value), node) if value is not None else None
+            inventory = node_inventory(found)
         except (ClusterError, DecodeError):
             inventory = None  # gone or unreadable: the grants still say where and how much
         return {gpu.uuid: gpu.model for gpu in inventory.gpus} if inventory else {}
