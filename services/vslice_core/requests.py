@@ -1,6 +1,21 @@
 """From a Pod manifest to a normalized :class:`PodRequest`: the webhook's rules, in one place.
 
-Rules (DESIGN.md), applied per container:
+One pass reads every vslice value of every container and init container, under ``limits``
+and ``requests`` (the GPU resources and ``nvidia.com/priority``), each exactly once, before
+any rule below applies; in order, per container, it refuses naming the field path
+(``spec.containers[0].resources.limits['nvidia.com/gpumem']``) and the value:
+
+* a value outside the quantity grammar (:mod:`vslice_core.quantities`: ASCII digits, no
+  blanks), as the API server refuses it;
+* memory beyond :data:`MAX_MEMORY_MIB` or a GPU count beyond :data:`MAX_GPUS`, which the
+  node side cannot represent;
+* a value Kubernetes would not keep as written (beyond 2^63-1, finer than ``1n``);
+* ``requests`` unlike ``limits`` for the same resource (compared as numbers: ``3k`` equals
+  ``3000``): the API server refuses that for extended resources, and the scheduler and the
+  device plugin would otherwise disagree about the slice.
+
+Rules (DESIGN.md), then applied per container, with messages naming the resource
+(``nvidia.com/gpucores must be 0..100, got 120``):
 
 * limits are read first; a managed resource given only under ``requests`` is copied to limits;
 * a container naming memory, percent or cores without a GPU count gets ``gpus: 1``;
@@ -12,7 +27,10 @@ Rules (DESIGN.md), applied per container:
   sidecar and an init container running together are never under-counted.
 
 :func:`normalize_pod` returns the request and the limit changes the webhook patches in, so the
-kubelet, the device plugin and the extender all see the same numbers.
+kubelet, the device plugin and the extender all see the same numbers; ``vslice plan``, the
+extender and the SDK read pods through it. :func:`normalize_gpu_pod` is the webhook's one
+call: the same pass, which checks the values of a pod that asks for no GPU too, and nothing
+more for such a pod.
 """
 
 from __future__ import annotations
@@ -25,8 +43,20 @@ from pydantic import BaseModel, ConfigDict
 from vslice_core import annotations as keys
 from vslice_core.errors import InvalidRequest
 from vslice_core.model import GPU_POLICIES, NODE_POLICIES, ContainerRequest, PodRequest
-from vslice_core.quantities import to_count, to_mib
+from vslice_core.quantities import (
+    LARGEST,
+    Quantity,
+    read_quantity,
+    to_count,
+    to_mib,
+    within_kubernetes,
+)
 from vslice_core.resources import DEFAULT_RESOURCE_NAMES, ResourceNames
+
+MAX_MEMORY_MIB = LARGEST >> 20
+"""The shim keeps a limit in bytes in a signed 64-bit integer: MiB * 2**20 must fit."""
+MAX_GPUS = 2**31 - 1
+"""The kubelet asks the device plugin for devices with an int32 count."""
 
 
 class LimitChange(BaseModel):
@@ -67,27 +97,75 @@ def _mapping(value: object, field: str) -> Mapping[str, Any]:
     return value
 
 
-class _Container:
-    """Reads one container's resources and remembers what the webhook must patch."""
+def _bounds(names: ResourceNames) -> dict[str, int]:
+    return {names.memory: MAX_MEMORY_MIB, names.gpu: MAX_GPUS}
 
-    def __init__(self, spec: Mapping[str, Any], index: int, init: bool, field: str) -> None:
-        name = spec.get("name")
-        if not isinstance(name, str) or not name:
-            raise _invalid(f"{field}.name", "a non-empty string", repr(name))
-        resources = _mapping(spec.get("resources"), f"{field}.resources")
-        self.limits = _mapping(resources.get("limits"), f"{field}.resources.limits")
-        self.requests = _mapping(resources.get("requests"), f"{field}.resources.requests")
-        self.name, self.index, self.init = name, index, init
+
+def _quantity(value: object, resource: str, where: str, names: ResourceNames) -> Quantity:
+    """One value read and checked: grammar, the node side's bound, Kubernetes' range."""
+    quantity = read_quantity(value, where)
+    bound = _bounds(names).get(resource)
+    number = quantity.mib if resource == names.memory else quantity.number
+    if bound is not None and number > bound:
+        raise InvalidRequest(
+            f"{where} must be at most {bound}, got {value!r}", field=where, value=value
+        )
+    return within_kubernetes(quantity, where)
+
+
+def _values(section: Mapping[str, Any], where: str, names: ResourceNames) -> dict[str, Quantity]:
+    """The vslice values of one ``limits`` or ``requests`` mapping, read once."""
+    read = {}
+    for resource in (*names.managed(), names.priority):
+        if resource in section:
+            read[resource] = _quantity(section[resource], resource, f"{where}[{resource!r}]", names)
+    return read
+
+
+class _Container:
+    """One container's vslice values, read once, and what the webhook must patch."""
+
+    def __init__(
+        self, spec: Mapping[str, Any], index: int, init: bool, names: ResourceNames
+    ) -> None:
+        self.field = f"spec.{'initContainers' if init else 'containers'}[{index}]"
+        self.spec, self.index, self.init = spec, index, init
+        resources = _mapping(spec.get("resources"), f"{self.field}.resources")
+        limits = _mapping(resources.get("limits"), f"{self.field}.resources.limits")
+        requests = _mapping(resources.get("requests"), f"{self.field}.resources.requests")
+        self.limits = _values(limits, f"{self.field}.resources.limits", names)
+        self.requests = _values(requests, f"{self.field}.resources.requests", names)
+        self.asks_for_gpus = any(r in self.limits or r in self.requests for r in names.managed())
+        self._requests_match()
         self.changes: list[LimitChange] = []
 
-    def read(self, resource: str) -> object | None:
-        value: object | None = None
+    def _requests_match(self) -> None:
+        for resource, asked in self.requests.items():
+            limit = self.limits.get(resource)
+            if limit is not None and asked.number != limit.number:
+                where = f"{self.field}.resources.requests[{resource!r}]"
+                raise InvalidRequest(
+                    f"{where} must equal limits ({limit.value!r}) for a GPU resource, got "
+                    f"{asked.value!r}: set the value once, under limits",
+                    field=where,
+                    value=asked.value,
+                )
+
+    @property
+    def name(self) -> str:
+        name = self.spec.get("name")
+        if not isinstance(name, str) or not name:
+            raise _invalid(f"{self.field}.name", "a non-empty string", repr(name))
+        return name
+
+    def read(self, resource: str) -> Quantity | None:
         if resource in self.limits:
-            value = self.limits[resource]
-        elif resource in self.requests:
+            return self.limits[resource]
+        if resource in self.requests:
             value = self.requests[resource]
-            self.change(resource, str(value))
-        return value
+            self.change(resource, str(value.value))
+            return value
+        return None
 
     def change(self, resource: str, value: str) -> None:
         self.changes.append(
@@ -104,6 +182,7 @@ class _Container:
 def _container_request(
     container: _Container, names: ResourceNames, init: bool
 ) -> ContainerRequest | None:
+    name = container.name  # every container of a pod that is judged needs one, GPU or not
     raw_gpus = container.read(names.gpu)
     raw_memory = container.read(names.memory)
     raw_percent = container.read(names.memory_percent)
@@ -132,7 +211,7 @@ def _container_request(
             cores = 100
             container.change(names.cores, "100")
     return ContainerRequest(
-        name=container.name,
+        name=name,
         init=init,
         gpus=gpus,
         memory_mib=memory,
@@ -141,16 +220,16 @@ def _container_request(
     )
 
 
-def _memory(raw: object | None, names: ResourceNames) -> int | None:
+def _memory(raw: Quantity | None, names: ResourceNames) -> int | None:
     if raw is None:
         return None
     memory = to_mib(raw, names.memory)
     if memory < 1:
-        raise _invalid(names.memory, "at least 1 MiB", raw)
+        raise _invalid(names.memory, "at least 1 MiB", raw.value)
     return memory
 
 
-def _percent(raw: object | None, names: ResourceNames) -> int | None:
+def _percent(raw: Quantity | None, names: ResourceNames) -> int | None:
     if raw is None:
         return None
     percent = to_count(raw, names.memory_percent)
@@ -159,7 +238,7 @@ def _percent(raw: object | None, names: ResourceNames) -> int | None:
     return percent
 
 
-def _cores(raw: object, names: ResourceNames) -> int:
+def _cores(raw: Quantity, names: ResourceNames) -> int:
     cores = to_count(raw, names.cores)
     if cores > 100:
         raise _invalid(names.cores, "0..100", cores)
@@ -223,18 +302,24 @@ def _is_sidecar(spec: Mapping[str, Any]) -> bool:
     return spec.get("restartPolicy") == "Always"
 
 
-def _requests(
-    spec: Mapping[str, Any], names: ResourceNames
-) -> tuple[list[ContainerRequest], list[LimitChange]]:
+def _read_containers(spec: Mapping[str, Any], names: ResourceNames) -> list[_Container]:
+    """Every init container, then every container, with its vslice values read and checked."""
     inits = _containers(spec, "initContainers")
     apps = _containers(spec, "containers")
+    return [
+        _Container(item, position, kind == "initContainers", names)
+        for kind, items in (("initContainers", inits), ("containers", apps))
+        for position, item in enumerate(items)
+    ]
+
+
+def _requests(
+    containers: list[_Container], names: ResourceNames
+) -> tuple[list[ContainerRequest], list[LimitChange]]:
     parsed: list[tuple[_Container, ContainerRequest | None, bool]] = []
-    for kind, items in (("initContainers", inits), ("containers", apps)):
-        for position, item in enumerate(items):
-            init = kind == "initContainers"
-            container = _Container(item, position, init, f"spec.{kind}[{position}]")
-            as_init = init and not _is_sidecar(item)
-            parsed.append((container, _container_request(container, names, as_init), as_init))
+    for container in containers:
+        as_init = container.init and not _is_sidecar(container.spec)
+        parsed.append((container, _container_request(container, names, as_init), as_init))
     requests = [request for _, request, _ in parsed if request is not None]
     sidecar_gpus = any(
         request is not None and container.init and not as_init
@@ -246,33 +331,57 @@ def _requests(
     return requests, changes
 
 
-def normalize_pod(
-    manifest: Mapping[str, Any], names: ResourceNames = DEFAULT_RESOURCE_NAMES
-) -> NormalizedPod:
-    """The pod's normalized GPU request and the limit changes that make the pod say the same."""
+def _pod(manifest: object) -> Mapping[str, Any]:
     if not isinstance(manifest, Mapping):
         raise _invalid("pod", "a mapping (a Pod manifest)", repr(manifest))
-    metadata = _mapping(manifest.get("metadata"), "metadata")
-    spec = _mapping(manifest.get("spec"), "spec")
+    return manifest
+
+
+def _normalized(
+    metadata: Mapping[str, Any], containers: list[_Container], names: ResourceNames
+) -> NormalizedPod:
     annotations = _mapping(metadata.get("annotations"), "metadata.annotations")
-    containers, changes = _requests(spec, names)
+    requests, changes = _requests(containers, names)
     request = PodRequest(
         name=str(metadata.get("name") or metadata.get("generateName") or ""),
         namespace=str(metadata.get("namespace") or "default"),
         uid=str(metadata.get("uid") or ""),
-        containers=containers,
-        priority=_priority(spec, names),
+        containers=requests,
+        priority=_priority(containers, names),
         **_selectors(annotations),
     )
     return NormalizedPod(request=request, changes=changes)
 
 
-def _priority(spec: Mapping[str, Any], names: ResourceNames) -> int | None:
-    for item in _containers(spec, "containers"):
-        resources = _mapping(item.get("resources"), "resources")
-        limits = _mapping(resources.get("limits"), "resources.limits")
-        if names.priority in limits:
-            return to_count(limits[names.priority], names.priority)
+def normalize_pod(
+    manifest: Mapping[str, Any], names: ResourceNames = DEFAULT_RESOURCE_NAMES
+) -> NormalizedPod:
+    """The pod's normalized GPU request and the limit changes that make the pod say the same."""
+    pod = _pod(manifest)
+    metadata = _mapping(pod.get("metadata"), "metadata")
+    spec = _mapping(pod.get("spec"), "spec")
+    return _normalized(metadata, _read_containers(spec, names), names)
+
+
+def normalize_gpu_pod(
+    manifest: Mapping[str, Any], names: ResourceNames = DEFAULT_RESOURCE_NAMES
+) -> NormalizedPod | None:
+    """The webhook's one call: every vslice value checked as :func:`normalize_pod` checks it,
+    whether or not the pod asks for a GPU; then None when no container or init container names
+    a GPU resource (as :func:`uses_gpus`: nothing else of such a pod is vslice's to judge),
+    else the normalized pod."""
+    pod = _pod(manifest)
+    containers = _read_containers(_mapping(pod.get("spec"), "spec"), names)
+    if not any(container.asks_for_gpus for container in containers):
+        return None
+    return _normalized(_mapping(pod.get("metadata"), "metadata"), containers, names)
+
+
+def _priority(containers: list[_Container], names: ResourceNames) -> int | None:
+    """The first app container's priority limit."""
+    for container in containers:
+        if not container.init and names.priority in container.limits:
+            return to_count(container.limits[names.priority], names.priority)
     return None
 
 

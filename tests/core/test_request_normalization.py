@@ -4,10 +4,19 @@ import pytest
 from core_builders import container, pod, request
 from hypothesis import given
 from hypothesis import strategies as st
+from vslice_core import quantities
 from vslice_core.annotations import HAMI_ALIASES
 from vslice_core.errors import InvalidRequest
 from vslice_core.model import ContainerRequest
-from vslice_core.requests import limit_patch, normalize_pod, pod_request, uses_gpus
+from vslice_core.requests import (
+    MAX_GPUS,
+    MAX_MEMORY_MIB,
+    limit_patch,
+    normalize_gpu_pod,
+    normalize_pod,
+    pod_request,
+    uses_gpus,
+)
 from vslice_core.resources import DEFAULT_RESOURCE_NAMES, ResourceNames
 
 
@@ -67,17 +76,19 @@ def test_values_given_only_as_requests_are_read_and_copied_to_limits() -> None:
     }
 
 
-def test_limits_win_over_requests() -> None:
+def test_requests_equal_to_limits_in_another_spelling_are_read_from_limits() -> None:
     manifest = pod(
         {
             "name": "main",
             "resources": {
-                "limits": {"nvidia.com/gpumem": 1000},
-                "requests": {"nvidia.com/gpumem": 2000},
+                "limits": {"nvidia.com/gpumem": "3000"},
+                "requests": {"nvidia.com/gpumem": "3k"},
             },
         }
     )
-    assert only(manifest).memory_mib == 1000
+    normalized = normalize_pod(manifest)
+    assert normalized.request.containers[0].memory_mib == 3000
+    assert [(c.resource, c.value) for c in normalized.changes] == [("nvidia.com/gpu", "1")]
 
 
 @pytest.mark.parametrize(
@@ -88,7 +99,8 @@ def test_limits_win_over_requests() -> None:
         ({"mem": 0}, "nvidia.com/gpumem must be at least 1 MiB, got 0"),
         (
             {"mem": "lots"},
-            "nvidia.com/gpumem must be a Kubernetes quantity such as 30720 or 4Gi, got 'lots'",
+            "spec.containers[0].resources.limits['nvidia.com/gpumem'] must be a Kubernetes "
+            "quantity written with ASCII digits and no blanks (e.g. '30720' or '4Gi'), got 'lots'",
         ),
         ({"pct": 0}, "nvidia.com/gpumem-percentage must be 1..100, got 0"),
         ({"pct": 101}, "nvidia.com/gpumem-percentage must be 1..100, got 101"),
@@ -98,7 +110,13 @@ def test_limits_win_over_requests() -> None:
         ),
         (
             {"gpu": "two"},
-            "nvidia.com/gpu must be a Kubernetes quantity such as 30720 or 4Gi, got 'two'",
+            "spec.containers[0].resources.limits['nvidia.com/gpu'] must be a Kubernetes "
+            "quantity written with ASCII digits and no blanks (e.g. '30720' or '4Gi'), got 'two'",
+        ),
+        (
+            {"gpu": None},
+            "spec.containers[0].resources.limits['nvidia.com/gpu'] must be a quantity string "
+            "such as '3000', got None",
         ),
         ({"gpu": 1.5}, "nvidia.com/gpu must be a whole number, got 1.5"),
         (
@@ -112,6 +130,105 @@ def test_invalid_values_name_the_field_and_the_value(limits: dict[str, Any], mes
         pod_request(pod(container(**limits)))
     assert str(caught.value) == message
     assert caught.value.field is not None and str(caught.value).startswith(caught.value.field)
+
+
+MEM_LIMIT = "spec.containers[0].resources.limits['nvidia.com/gpumem']"
+GRAMMAR = (
+    "must be a Kubernetes quantity written with ASCII digits and no blanks (e.g. '30720' or '4Gi')"
+)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "3000 ",
+        " 3000",
+        "3000\n",
+        "\u0663\u0660\u0660\u0660",  # Arabic-Indic digits: Python's \d matches them
+        "\uff13\uff10\uff10\uff10",  # full-width digits
+        "3\u0660\u0660\u0660",  # one foreign digit among ASCII ones
+    ],
+)
+def test_a_value_the_api_server_would_not_accept_is_refused_naming_its_path(value: str) -> None:
+    with pytest.raises(InvalidRequest) as caught:
+        pod_request(pod(container(gpu="1", mem=value)))
+    assert str(caught.value) == f"{MEM_LIMIT} {GRAMMAR}, got {value!r}"
+    assert (caught.value.field, caught.value.value) == (MEM_LIMIT, value)
+
+
+def test_requests_and_init_containers_are_read_with_the_same_grammar() -> None:
+    setup = {"name": "setup", "resources": {"requests": {"nvidia.com/gpucores": "5 "}}}
+    with pytest.raises(InvalidRequest) as caught:
+        pod_request(pod(container(mem=100), init=(setup,)))
+    where = "spec.initContainers[0].resources.requests['nvidia.com/gpucores']"
+    assert str(caught.value) == f"{where} {GRAMMAR}, got '5 '"
+
+
+def test_requests_unlike_limits_are_refused_naming_both() -> None:
+    main = container(gpu="1", mem="3000")
+    main["resources"]["requests"] = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "2000"}
+    with pytest.raises(InvalidRequest) as caught:
+        pod_request(pod(main))
+    assert str(caught.value) == (
+        "spec.containers[0].resources.requests['nvidia.com/gpumem'] must equal limits ('3000') "
+        "for a GPU resource, got '2000': set the value once, under limits"
+    )
+
+
+@pytest.mark.parametrize(
+    ("limits", "where", "message"),
+    [
+        ({"mem": "9e15"}, "nvidia.com/gpumem", f"must be at most {MAX_MEMORY_MIB}, got '9e15'"),
+        ({"mem": "9Ei"}, "nvidia.com/gpumem", f"must be at most {MAX_MEMORY_MIB}, got '9Ei'"),
+        ({"gpu": "3e9"}, "nvidia.com/gpu", f"must be at most {MAX_GPUS}, got '3e9'"),
+        (
+            {"mem": 10, "nvidia.com/priority": "1e19"},
+            "nvidia.com/priority",
+            "must be at most 9223372036854775807 in magnitude (Kubernetes keeps no larger "
+            "quantity), got '1e19'",
+        ),
+    ],
+)
+def test_values_beyond_what_the_node_side_represents_are_refused(
+    limits: dict[str, Any], where: str, message: str
+) -> None:
+    with pytest.raises(InvalidRequest) as caught:
+        pod_request(pod(container(**limits)))
+    assert str(caught.value) == f"spec.containers[0].resources.limits[{where!r}] {message}"
+
+
+def test_the_largest_values_the_node_side_represents_are_read() -> None:
+    single = only(pod(container(gpu=str(MAX_GPUS), mem=str(MAX_MEMORY_MIB))))
+    assert (single.gpus, single.memory_mib) == (MAX_GPUS, MAX_MEMORY_MIB)
+    assert only(pod(container(mem=f"{MAX_MEMORY_MIB * 2**10}Ki"))).memory_mib == MAX_MEMORY_MIB
+
+
+def test_every_value_is_parsed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    parsed: list[str] = []
+    number = quantities._number
+
+    def counted(text: str, value: object, field: str) -> Any:
+        parsed.append(text)
+        return number(text, value, field)
+
+    monkeypatch.setattr(quantities, "_number", counted)
+    main = container(gpu="2", mem="4Gi", cores="30", **{"nvidia.com/priority": "1"})
+    main["resources"]["requests"] = {"nvidia.com/gpu": "2", "nvidia.com/gpumem": "4096Mi"}
+    setup = {"name": "setup", "resources": {"requests": {"nvidia.com/gpumem-percentage": "50"}}}
+    normalized = normalize_pod(pod(main, init=(setup,)))
+    assert (normalized.request.priority, len(normalized.request.containers)) == (1, 2)
+    assert sorted(parsed) == sorted(["50", "2", "4Gi", "30", "1", "2", "4096Mi"])
+
+
+def test_the_webhook_call_checks_the_values_of_a_pod_without_gpus_and_nothing_more() -> None:
+    plain = pod(container("web", cpu="1"), annotations={"vslice.io/gpu-policy": "best"})
+    plain["spec"]["containers"].append({"image": "sidecar"})  # no name: the API server's call
+    assert normalize_gpu_pod(plain) is None
+    priority_only = pod(container("web", **{"nvidia.com/priority": "1 "}))
+    with pytest.raises(InvalidRequest, match=r"limits\['nvidia.com/priority'\] must be a Kub"):
+        normalize_gpu_pod(priority_only)
+    gpu = pod(container(mem="1Gi"), init=(container("setup", cores=10),))
+    assert normalize_gpu_pod(gpu) == normalize_pod(gpu)
 
 
 def test_containers_without_gpu_resources_are_not_part_of_the_request() -> None:
@@ -287,7 +404,9 @@ def test_resource_names_are_configurable() -> None:
 
 
 junk = st.none() | st.booleans() | st.integers(-5, 200) | st.floats() | st.text(max_size=6)
-resource_values = junk | st.sampled_from(("1", "4Gi", "50", "0", "101", "1.5", "2e3", "-1", ""))
+resource_values = junk | st.sampled_from(
+    ("1", "4Gi", "50", "0", "101", "1.5", "2e3", "-1", "", "3k", "3000", " 1", "\u0661", "9Ei")
+)
 limits = st.dictionaries(
     st.sampled_from((*DEFAULT_RESOURCE_NAMES.managed(), "nvidia.com/priority", "cpu")),
     resource_values,
@@ -332,4 +451,18 @@ def test_any_manifest_normalizes_or_raises_an_invalid_request(manifest: dict[str
     for wanted in normalized.request.containers:
         assert wanted.gpus >= 1 and 0 <= wanted.cores <= 100
         assert (wanted.memory_mib is None) != (wanted.memory_percent is None)
+        assert wanted.gpus <= MAX_GPUS and (wanted.memory_mib or 0) <= MAX_MEMORY_MIB
     limit_patch(manifest, normalized.changes)
+
+
+@given(manifests)
+def test_the_webhook_call_agrees_with_the_normalization(manifest: dict[str, Any]) -> None:
+    try:
+        normalized = normalize_gpu_pod(manifest)
+    except InvalidRequest:
+        with pytest.raises(InvalidRequest):
+            normalize_pod(manifest)
+        return
+    assert (normalized is not None) == uses_gpus(manifest)
+    if normalized is not None:
+        assert normalized == normalize_pod(manifest)

@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
+from dra_objects import dra_pod
+from dra_objects import template as claim_template
 from vslice.cli import main
+from vslice.plans import plan_manifest
+from vslice.snapshot import ClusterSnapshot
+from vslice_control.webhook.policy import WebhookPolicy, review_pod
+from vslice_control.webhook.review import AdmissionRequest
+from vslice_core.errors import InvalidRequest
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
+GPU, MEM = "nvidia.com/gpu", "nvidia.com/gpumem"
 
 
 @pytest.fixture(autouse=True)
@@ -209,3 +221,100 @@ def test_lab_up_on_a_running_lab_prints_its_export_line(
     out, err = capsys.readouterr()
     assert out == f"export KUBECONFIG={Layout.at(tmp_path).kubeconfig}\n"
     assert "a lab is already running in" in err and "https://127.0.0.1:6443" in err
+
+
+# --- vslice plan refuses what admission refuses, with admission's message ---------------------
+
+
+def _pod(limits: dict[str, Any], requests: dict[str, Any] | None = None) -> dict[str, Any]:
+    resources = {"limits": limits, **({"requests": requests} if requests else {})}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "train", "namespace": "team-a"},
+        "spec": {"containers": [{"name": "main", "image": "busybox", "resources": resources}]},
+    }
+
+
+MEM_LIMIT = f"spec.containers[0].resources.limits[{MEM!r}]"
+GRAMMAR = "must be a Kubernetes quantity written with ASCII digits and no blanks"
+REFUSED = [
+    pytest.param(_pod({GPU: "1", MEM: "3000 "}), f"{MEM_LIMIT} {GRAMMAR}", id="a blank"),
+    pytest.param(
+        _pod({GPU: "1", MEM: "\u0663\u0660\u0660\u0660"}),
+        f"{MEM_LIMIT} {GRAMMAR}",
+        id="Arabic-Indic digits",
+    ),
+    pytest.param(
+        _pod({GPU: "1", MEM: "\uff13\uff10\uff10\uff10"}),
+        f"{MEM_LIMIT} {GRAMMAR}",
+        id="full-width digits",
+    ),
+    pytest.param(
+        _pod({GPU: "1", MEM: "3000"}, {GPU: "1", MEM: "2000"}),
+        f"spec.containers[0].resources.requests[{MEM!r}] must equal limits ('3000')",
+        id="requests unlike limits",
+    ),
+    pytest.param(
+        _pod({GPU: "1", MEM: "9e15"}),
+        f"{MEM_LIMIT} must be at most 8796093022207, got '9e15'",
+        id="memory beyond the bound",
+    ),
+    pytest.param(
+        _pod({GPU: "3e9"}),
+        f"spec.containers[0].resources.limits[{GPU!r}] must be at most 2147483647, got '3e9'",
+        id="GPUs beyond the bound",
+    ),
+    pytest.param(
+        _pod({GPU: "1", "nvidia.com/gpucores": "120"}),
+        "nvidia.com/gpucores must be 0..100, got 120",
+        id="cores out of range",
+    ),
+]
+
+
+def _admission(pod: dict[str, Any]) -> str:
+    review = AdmissionRequest(uid="u", operation="CREATE", namespace="team-a", name="", pod=pod)
+    verdict = review_pod(review, WebhookPolicy())
+    assert (verdict.allowed, verdict.code) == (False, 400)
+    return verdict.message
+
+
+def _plan(tmp_path: Path, *documents: dict[str, Any]) -> tuple[int, str]:
+    # JSON, one document a line: the file keeps every blank and non-ASCII digit as written
+    path = tmp_path / "pod.yaml"
+    path.write_text("\n---\n".join(json.dumps(d) for d in documents), encoding="utf-8")
+    return main(["plan", str(EXAMPLES / "cluster.yaml"), str(path), "--json"]), str(path)
+
+
+@pytest.mark.parametrize(("pod", "begins"), REFUSED)
+def test_vslice_plan_refuses_what_admission_refuses_with_the_same_message(
+    pod: dict[str, Any], begins: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    message = _admission(pod)
+    assert message.startswith(begins)
+    status, _ = _plan(tmp_path, pod)
+    assert (status, capsys.readouterr()) == (2, ("", f"vslice plan: {message}\n"))
+
+
+@pytest.mark.parametrize(("pod", "begins"), REFUSED)
+def test_the_sdks_plan_refuses_what_admission_refuses_with_the_same_message(
+    pod: dict[str, Any], begins: str, snapshot: ClusterSnapshot
+) -> None:
+    with pytest.raises(InvalidRequest) as caught:
+        plan_manifest(snapshot, pod, namespace="team-a")
+    assert str(caught.value) == _admission(pod)
+
+
+def test_vslice_plan_reads_a_dra_pods_own_values_as_admission_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pod = dra_pod("team-d", "train", phase="Pending", template_name="vslice-gpu-8gi")
+    pod.pop("status")
+    pod["spec"]["containers"][0]["resources"]["limits"] = {"nvidia.com/priority": "1 "}
+    message = _admission(pod)
+    assert message.startswith(
+        f"spec.containers[0].resources.limits['nvidia.com/priority'] {GRAMMAR}"
+    )
+    status, _ = _plan(tmp_path, claim_template("team-d", "vslice-gpu-8gi"), pod)
+    assert (status, capsys.readouterr().err) == (2, f"vslice plan: {message}\n")

@@ -490,6 +490,28 @@ def test_values_too_large_for_the_node_side_are_refused(
     assert resource in message and repr(value) in message and "at most" in message
 
 
+def test_the_refusal_names_the_path_the_grammar_and_the_value_exactly(webhook: Webhook) -> None:
+    response = webhook.review(pod(container(**{GPU: "1", MEM: "3000 "})))
+    assert response["status"]["message"] == (
+        f"spec.containers[0].resources.limits[{MEM!r}] must be a Kubernetes quantity written "
+        "with ASCII digits and no blanks (e.g. '30720' or '4Gi'), got '3000 '"
+    )
+
+
+def test_a_pod_without_gpus_has_its_vslice_values_checked_and_nothing_more(
+    webhook: Webhook,
+) -> None:
+    priority = container("web", **{"nvidia.com/priority": "\u0661"})
+    response = webhook.review(pod(priority))
+    assert response["allowed"] is False and response["status"]["code"] == 400
+    assert response["status"]["message"].startswith(
+        "spec.containers[0].resources.limits['nvidia.com/priority'] must be a Kubernetes quantity"
+    )
+    # a vslice annotation on a pod that asks for no GPU is not vslice's to judge
+    plain = pod(container("web", cpu="1"), annotations={"vslice.io/gpu-policy": "best"})
+    assert webhook.review(plain)["allowed"] is True
+
+
 @pytest.mark.parametrize(
     "review",
     [

@@ -8,6 +8,11 @@ answer leaves out there (text: the last lines; ``--json``: a ``dra`` object). A 
 holds ResourceSlices or ResourceClaims (``kubectl get nodes,pods,resourceslices,resourceclaims
 -A -o yaml``) counts the DRA path's nodes and allocations too, as ``vslice top`` does.
 
+The pod is refused exactly as admission refuses it: its vslice values go through the core's
+one pass (``vslice_core.requests``: Kubernetes' quantity grammar with ASCII digits and no
+blanks, the node side's bounds, ``requests`` equal to ``limits``), with the webhook's message,
+on the DRA path too.
+
 Exit status: 0 the pod fits, 1 it does not, 2 invalid input (one line on stderr naming the
 field and the value, never a traceback).
 """
@@ -24,6 +29,7 @@ from vslice_core.cluster import Cluster, build_ledger, cluster_from_dump, load_y
 from vslice_core.errors import InvalidRequest, VsliceError, one_line
 from vslice_core.model import Decision, PodRequest
 from vslice_core.plan import plan_decision, plan_json, pod_manifest
+from vslice_core.requests import normalize_gpu_pod
 from vslice_core.whynot import render_plan
 
 from vslice import dra
@@ -105,6 +111,8 @@ def _decide(
             request = plan_decision(Cluster(), manifest)[1]  # the same checks of the pod
             decision = cluster.decide(request, "extender")
         return decision, request, None
+    # The claims carry the request, but admission still reads the pod's own vslice values.
+    normalize_gpu_pod(namespaced)
     if found.missing:
         ref = found.missing[0]
         key = "resourceClaimName" if ref.kind == "ResourceClaim" else "resourceClaimTemplateName"

@@ -7,14 +7,16 @@ namespace label keeps the webhook away, through the configuration's ``namespaceS
    warning each: they are only ever written later, by vslice, so a pod that carries them at
    creation is either a hand-made forgery or an exported pod being recreated; removing them
    keeps the second working;
-2. denied when a vslice resource is not written as the API server accepts it, when it names a
-   GPU resource that does not exist (``nvidia.com/gpumemory``), or when a container sets the
-   shim's or the NVIDIA runtime's variables (``environment``);
+2. denied when a vslice value is refused by the core's one pass over the pod
+   (``vslice_core.requests.normalize_gpu_pod``: the quantity grammar as the API server
+   accepts it, the node side's bounds and ``requests`` equal to ``limits``, for every pod;
+   then, for a pod that asks for a GPU, the normalization's rules), naming the field and
+   the value; when it names a GPU resource that does not exist (``nvidia.com/gpumemory``);
+   or when a container sets the shim's or the NVIDIA runtime's variables (``environment``);
 3. untouched (but for step 1) when it asks for no GPU resource at all;
-4. denied when a value is invalid (the core's normalization names the field and the value),
-   when the GPU pod sets ``spec.nodeName`` (it would bypass the scheduler that accounts for
-   slices), when a container that asks for GPUs is privileged (it could see and use every
-   GPU), or when the pod alone asks for more than its namespace's GPU quota;
+4. denied when the GPU pod sets ``spec.nodeName`` (it would bypass the scheduler that
+   accounts for slices), when a container that asks for GPUs is privileged (it could see
+   and use every GPU), or when the pod alone asks for more than its namespace's GPU quota;
 5. otherwise patched: the normalized limits, ``spec.schedulerName`` (unless the pod already
    names a scheduler of its own) and, if configured, ``NVIDIA_VISIBLE_DEVICES=none`` on its
    containers that ask for no GPU, so they do not see the node's GPUs through the runtime.
@@ -32,11 +34,11 @@ from typing import Any
 from vslice_core import annotations as keys
 from vslice_core.errors import InvalidRequest
 from vslice_core.model import PodRequest, QuotaLimits
-from vslice_core.requests import limit_patch, normalize_pod, uses_gpus
+from vslice_core.requests import limit_patch, normalize_gpu_pod
 from vslice_core.resources import DEFAULT_RESOURCE_NAMES, ResourceNames
 
 from vslice_control.quota import exceeded, request_totals
-from vslice_control.webhook import draconvert, environment, inputs
+from vslice_control.webhook import draconvert, environment
 from vslice_control.webhook.jsonpatch import PodPatch
 from vslice_control.webhook.podspec import containers
 from vslice_control.webhook.review import AdmissionRequest, Verdict
@@ -68,18 +70,18 @@ def review_pod(
     patch = PodPatch(pod)
     warnings = _strip_state(patch)
     items = containers(pod)
-    denial = inputs.refusal(items, policy.names) or _unknown_gpu_resource(pod, policy.names)
+    try:
+        normalized = normalize_gpu_pod(pod, policy.names)
+    except InvalidRequest as exc:
+        return Verdict.deny(str(exc), code=400)
+    denial = _unknown_gpu_resource(pod, policy.names)
     if denial is not None:
         return Verdict.deny(denial, code=400)
-    if not uses_gpus(pod, policy.names):
+    if normalized is None:
         denial = environment.refusal(items, ())
         if denial is not None:
             return Verdict.deny(denial)
         return Verdict(allowed=True, patch=patch.ops, warnings=warnings)
-    try:
-        normalized = normalize_pod(pod, policy.names)
-    except InvalidRequest as exc:
-        return Verdict.deny(str(exc), code=400)
     gpu_containers = {(c.init, c.name) for c in normalized.request.containers}
     denial = (
         environment.refusal(items, gpu_containers)
