@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bundle": ("vslice_ops.bundle", "build or check the offline bundle hosts are set up from"),
     "delete": ("vslice.commands.delete", "give a slice back: delete a pod or Job by name"),
     "lab": ("vslice_ops.lab", "run a local lab: real control plane, simulated GPU nodes"),
+    "manifests": ("vslice_ops.manifests", "print vslice's install objects as YAML"),
     "plan": ("vslice.commands.plan", "what-if placement: would this pod fit, where, and why not"),
     "request": ("vslice.commands.request", "submit a sliced pod from the shell and wait for it"),
     "serve": ("vslice_ops.serve", "run a vslice service (scheduler, webhook, ...)"),

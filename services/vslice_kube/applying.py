@@ -1,6 +1,5 @@
-"""Create a cluster-scoped object, or replace the one of that name: how the lab installs its
-webhook configuration, admission policy and ClusterRole, so a second ``up`` brings them to the
-current text."""
+"""Create an object, or replace the one of that name: how the lab installs vslice's install
+objects (``vslice_kube.installing``), so a second ``up`` brings them to the current text."""
 
 from __future__ import annotations
 

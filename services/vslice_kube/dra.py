@@ -1,6 +1,6 @@
-"""The resource.k8s.io/v1 calls of vslice's DRA driver: ResourceSlices, the DeviceClass and
-ResourceClaims, as plain dicts the way the API sent them (the typed client models would drop
-fields newer than the client, and the core reads dicts).
+"""The resource.k8s.io/v1 calls of vslice's DRA driver: ResourceSlices and ResourceClaims, as
+plain dicts the way the API sent them (the typed client models would drop fields newer than
+the client, and the core reads dicts).
 
 Every call has a timeout (a kubelet call must never hang on the API server); failures arrive
 as :class:`vslice_core.errors.ClusterError`.
@@ -18,7 +18,6 @@ from kubernetes.config import ConfigException
 from vslice_core.errors import ClusterError
 
 from vslice_kube.apierrors import cluster_error, translated
-from vslice_kube.applying import create_or_replace
 from vslice_kube.client import api_client
 from vslice_kube.responses import drained
 
@@ -132,13 +131,3 @@ class DraApi:
         except ApiException as exc:
             if exc.status != 404:
                 raise cluster_error(exc, f"delete ResourceSlice {name}") from exc
-
-    def apply_device_class(self, body: Mapping[str, Any]) -> None:
-        """Create the DeviceClass or bring the stored one to ``body``."""
-        create_or_replace(
-            "DeviceClass",
-            body,
-            self._resource.create_device_class,
-            self._resource.read_device_class,
-            self._resource.replace_device_class,
-        )

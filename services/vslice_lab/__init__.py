@@ -6,11 +6,12 @@ Building what it runs (Kubernetes binaries, containerd, images) is :mod:`vslice_
 
 - ``lab``         ``up``/``down``/``status``/``import_image`` themselves
 - ``inventory``   the lab's nodes from an inventory file (DESIGN.md's CLUSTER format)
-- ``cluster``     what the lab does through the API once it answers: webhooks, policies,
-  nodes, namespaces
-- ``dra``         the DeviceClass and the simulated nodes' ResourceSlices
+- ``cluster``     what the lab does through the API once it answers: vslice's install
+  objects (``vslice_control.install``, with the lab's values), nodes
+- ``dra``         the simulated nodes' ResourceSlices
 - ``components``  the command line and health check of each control-plane component
-- ``configs``     the files the lab writes: kubeconfigs, scheduler configuration, settings
+- ``configs``     the files the lab writes: kubeconfigs, kube-scheduler's and kube-apiserver's
+  configuration (from ``vslice_control.install``), settings
 - ``realnode``    bringing a real kubelet node up and down; ``nodeconfig`` its containerd,
   kubelet and node-agent configuration; ``hostchanges`` what it changes on the host and
   undoing it

@@ -1,7 +1,11 @@
-"""What the lab does through the API once the control plane answers: register the webhook and
-the state-annotation policy, install the ``vslice-viewer`` ClusterRole, label the GPU
-namespaces for Pod Security, create the simulated nodes and wait until kwok reports them
-Ready."""
+"""What the lab does through the API once the control plane answers: install vslice's objects,
+create the simulated nodes and wait until kwok reports them Ready.
+
+The objects are the ones an operator installs (``vslice_control.install``, the source the
+Ansible role renders from too), built from the lab's values: the lab's services are exempt
+from the state-annotation policy by their group, the ``default`` namespace is a GPU namespace
+at Pod Security ``baseline``, and the DeviceClass comes only where DRA consumable capacity is
+served."""
 
 from __future__ import annotations
 
@@ -10,31 +14,18 @@ import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
-from vslice_control.webhook.claimconfig import claims_webhook_configuration
-from vslice_control.webhook.reach import match_conditions
-from vslice_control.webhook.statepolicy import state_policy
+from vslice_control.install.manifests import API_PARTS, objects
+from vslice_control.install.values import InstallValues, parse_values
 from vslice_core.errors import Timeout
-from vslice_core.resources import DEFAULT_RESOURCE_NAMES, ResourceNames
-from vslice_kube.admissionpolicy import apply_validating_admission_policy
 from vslice_kube.client import api_client
 from vslice_kube.dra import DraApi
-from vslice_kube.namespaces import label_namespace
+from vslice_kube.installing import apply_objects
 from vslice_kube.nodes import apply_node, ready_node_names
-from vslice_kube.rbac import apply_cluster_role, viewer_cluster_role
-from vslice_kube.validatingwebhooks import apply_validating_webhook
-from vslice_kube.webhooks import apply_mutating_webhook
 
 from vslice_lab import dra
 from vslice_lab.inventory import SIMULATED_LABEL, LabNode
 
-WEBHOOK_CONFIGURATION = "vslice-webhook"
-WEBHOOK_NAME = "gpu-pods.vslice.io"
-"""The name the API server gives when it cannot call the webhook (``failed calling webhook
-"gpu-pods.vslice.io"``): only GPU pods (``vslice_control.webhook.reach``) wait for it."""
-WEBHOOK_OPT_OUT_LABEL = "vslice.io/webhook"
-"""Label a namespace ``vslice.io/webhook: disabled`` to keep the webhook out of it."""
 SERVICES_GROUP = "vslice:services"
 """Group of the lab's vslice services; the state-annotation policy lets it write them."""
 POD_SECURITY_LEVEL = "baseline"
@@ -44,57 +35,30 @@ directories on the node), while the lab's and users' ordinary pods run without a
 securityContext (restricted would demand one of every pod)."""
 GPU_NAMESPACES = ("default",)
 """Namespaces the lab labels for Pod Security at ``up`` (tests label their own)."""
+WEBHOOK_PARTS = ("webhook", "claims-webhook")
+"""Registered only when the lab runs vslice's webhook: with ``failurePolicy: Fail`` and no
+webhook, no GPU pod could be created."""
 
 
-def pod_security_labels(level: str = POD_SECURITY_LEVEL) -> dict[str, str]:
-    return {
-        "pod-security.kubernetes.io/enforce": level,
-        "pod-security.kubernetes.io/enforce-version": "latest",
-    }
+def lab_values(webhook_url: str, ca: Path, *, device_class: bool) -> InstallValues:
+    """The lab's choices; every other value is the operator's default."""
+    return parse_values(
+        {
+            "webhook": {
+                "url": webhook_url,
+                "ca_bundle": base64.b64encode(ca.read_bytes()).decode(),
+            },
+            "state_writer_groups": [SERVICES_GROUP],
+            "gpu_namespaces": list(GPU_NAMESPACES),
+            "pod_security_level": POD_SECURITY_LEVEL,
+            "device_class": device_class,
+        }
+    )
 
 
-def webhook_configuration(
-    url: str, ca_pem: bytes, names: ResourceNames = DEFAULT_RESOURCE_NAMES
-) -> dict[str, Any]:
-    """The MutatingWebhookConfiguration for the vslice webhook served at ``url``; the API
-    server calls it only for the pods its ``matchConditions`` select (GPU pods, and pods that
-    set what the webhook checks), the others are created without it."""
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": WEBHOOK_CONFIGURATION},
-        "webhooks": [
-            {
-                "name": WEBHOOK_NAME,
-                "clientConfig": {"url": url, "caBundle": base64.b64encode(ca_pem).decode()},
-                "rules": [
-                    {
-                        "operations": ["CREATE"],
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "resources": ["pods"],
-                        "scope": "Namespaced",
-                    }
-                ],
-                "matchConditions": match_conditions(names),
-                "failurePolicy": "Fail",
-                # The DRA path creates the pod's ResourceClaimTemplate, never on a dry run.
-                "sideEffects": "NoneOnDryRun",
-                "admissionReviewVersions": ["v1"],
-                "timeoutSeconds": 10,
-                "namespaceSelector": {
-                    "matchExpressions": [
-                        {
-                            "key": "kubernetes.io/metadata.name",
-                            "operator": "NotIn",
-                            "values": ["kube-system"],
-                        },
-                        {"key": WEBHOOK_OPT_OUT_LABEL, "operator": "NotIn", "values": ["disabled"]},
-                    ]
-                },
-            }
-        ],
-    }
+def lab_parts(with_webhook: bool) -> tuple[str, ...]:
+    """The parts the lab applies: all of them, the webhook's only when it runs."""
+    return tuple(part for part in API_PARTS if with_webhook or part not in WEBHOOK_PARTS)
 
 
 class LabCluster:
@@ -103,24 +67,9 @@ class LabCluster:
     def __init__(self, kubeconfig: Path) -> None:
         self._client = api_client(kubeconfig, pool_size=16)
 
-    def register_webhook(self, url: str, ca: Path) -> None:
-        """The pods' mutating configuration and the claims' validating one (same URL)."""
-        pods = webhook_configuration(url, ca.read_bytes())
-        apply_mutating_webhook(self._client, pods)
-        client_config = pods["webhooks"][0]["clientConfig"]
-        apply_validating_webhook(self._client, claims_webhook_configuration(client_config))
-
-    def install_state_policy(self) -> None:
-        """Only the lab's services (group vslice:services) may write vslice's pod state."""
-        apply_validating_admission_policy(self._client, *state_policy(groups=(SERVICES_GROUP,)))
-
-    def install_viewer_role(self) -> None:
-        """The ClusterRole ``vslice-viewer`` (docs/sdk.md "Permissions"), for users to bind."""
-        apply_cluster_role(self._client, viewer_cluster_role())
-
-    def label_gpu_namespaces(self, names: Sequence[str] = GPU_NAMESPACES) -> None:
-        for name in names:
-            label_namespace(self._client, name, pod_security_labels())
+    def install(self, values: InstallValues, parts: Sequence[str]) -> None:
+        """Apply the objects of ``parts`` (``vslice_control.install.manifests``) in order."""
+        apply_objects(self._client, objects(values, parts))
 
     def create_nodes(
         self, nodes: Sequence[LabNode], extra_resources: Mapping[str, str] | None = None
@@ -136,9 +85,9 @@ class LabCluster:
             list(pool.map(lambda body: apply_node(self._client, body), manifests))
         return [node.name for node in nodes]
 
-    def install_dra(self, nodes: Sequence[LabNode]) -> int:
-        """The DeviceClass and the simulated nodes' ResourceSlices (``vslice_lab.dra``)."""
-        return dra.install(DraApi(self._client), nodes)
+    def publish_slices(self, nodes: Sequence[LabNode]) -> int:
+        """The simulated nodes' ResourceSlices (``vslice_lab.dra``)."""
+        return dra.publish(DraApi(self._client), nodes)
 
     def ready_nodes(self) -> set[str]:
         """The nodes that are Ready now, simulated and real."""

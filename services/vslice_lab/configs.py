@@ -1,13 +1,13 @@
-"""Configuration files the lab writes: kubeconfigs, the scheduler's configuration, service settings.
+"""Configuration files the lab writes: kubeconfigs, the scheduler's and the API server's
+configuration, service settings.
 
-The KubeSchedulerConfiguration runs two profiles, ``default-scheduler`` and
-``vslice-scheduler``, and (when an extender URL is given) registers the vslice extender for
-both: filter + bind, ``nodeCacheCapable`` (node names only, the extender keeps its own node
-cache), and the vslice resource names as managed resources. Only ``nvidia.com/gpu`` is left to
-kube-scheduler's own fit check too (each node advertises one device per GPU slot); memory,
-percentage and cores are ``ignoredByScheduler`` because no node advertises them. An
-``https://`` extender URL is called with ``enableHTTPS`` and kube-scheduler's own client
-certificate (the extender accepts only that one), verifying the extender against the lab CA.
+kube-scheduler's and kube-apiserver's files are built by ``vslice_control.install`` (the source
+the Ansible role renders from too) with the lab's values: kube-scheduler talks to the lab's
+API server at a higher rate and without leader election, gives the extender 10 s, and reads
+its TLS material from the lab's files; an ``https://`` extender is called with
+kube-scheduler's own client certificate (the extender accepts only that one), verifying the
+extender against the lab CA. Extra extenders (``ExtraExtender``) are the lab's own: tests
+register another extender with them.
 """
 
 from __future__ import annotations
@@ -19,12 +19,16 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from vslice_control.install import apiserver, scheduler
+from vslice_control.install.manifests import to_yaml
+from vslice_control.install.values import ExtenderTls as TlsValues
+from vslice_control.install.values import parse_values
 from vslice_core.errors import InvalidRequest
-from vslice_core.resources import DEFAULT_RESOURCE_NAMES
 
 from vslice_lab.pki import KeyPair
 
-SCHEDULER_PROFILES = ("default-scheduler", "vslice-scheduler")
+EXTENDER_TIMEOUT = "10s"
+CLIENT_CONNECTION = {"qps": 500, "burst": 1000}
 
 
 def _b64(path: Path) -> str:
@@ -77,39 +81,12 @@ class ExtraExtender:
     resource: str
 
 
-def extender_entry(
-    url: str, tls: ExtenderTls | None = None, resource: str | None = None
-) -> dict[str, Any]:
-    """The ``extenders`` item that sends GPU pods to the vslice extender at ``url``; with
-    ``resource``, pods asking that resource alone (an ``ExtraExtender``)."""
-    if resource is not None:
-        managed = [{"name": resource, "ignoredByScheduler": False}]
-    else:
-        names = DEFAULT_RESOURCE_NAMES
-        managed = [{"name": names.gpu, "ignoredByScheduler": False}]
-        managed += [
-            {"name": name, "ignoredByScheduler": True}
-            for name in (names.memory, names.memory_percent, names.cores)
-        ]
-    entry: dict[str, Any] = {
-        "urlPrefix": url,
-        "filterVerb": "filter",
-        "bindVerb": "bind",
-        "nodeCacheCapable": True,
-        "enableHTTPS": False,
-        "httpTimeout": "10s",
-        "managedResources": managed,
-        "ignorable": False,
-    }
-    if url.startswith("https://"):
-        entry["enableHTTPS"] = True
-        if tls is not None:
-            entry["tlsConfig"] = {
-                "caFile": str(tls.ca),
-                "certFile": str(tls.client.cert),
-                "keyFile": str(tls.client.key),
-            }
-    return entry
+def _tls(url: str, tls: ExtenderTls | None) -> TlsValues | None:
+    if tls is None or not url.startswith("https://"):
+        return None
+    return TlsValues(
+        ca_file=str(tls.ca), cert_file=str(tls.client.cert), key_file=str(tls.client.key)
+    )
 
 
 def write_scheduler_config(
@@ -120,13 +97,6 @@ def write_scheduler_config(
     extra: Sequence[ExtraExtender] = (),
 ) -> Path:
     """The KubeSchedulerConfiguration (see the module docstring)."""
-    document: dict[str, Any] = {
-        "apiVersion": "kubescheduler.config.k8s.io/v1",
-        "kind": "KubeSchedulerConfiguration",
-        "clientConnection": {"kubeconfig": str(kubeconfig), "qps": 500, "burst": 1000},
-        "leaderElection": {"leaderElect": False},
-        "profiles": [{"schedulerName": name} for name in SCHEDULER_PROFILES],
-    }
     if extender_url and extra:
         # kube-scheduler refuses to start with two extenders that bind.
         raise InvalidRequest(
@@ -136,11 +106,29 @@ def write_scheduler_config(
             field="extra_extenders",
             value=extra[0].url,
         )
-    extenders = [extender_entry(extender_url, tls)] if extender_url else []
-    extenders += [extender_entry(e.url, tls, e.resource) for e in extra]
-    if extenders:
-        document["extenders"] = extenders
-    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    vslice_tls = _tls(extender_url or "", tls)
+    settings: dict[str, Any] = {
+        "kubeconfig": str(kubeconfig),
+        **CLIENT_CONNECTION,
+        "leader_elect": False,
+        "extender_url": extender_url or None,
+        "extender_http_timeout": EXTENDER_TIMEOUT,
+        "extender_tls": vslice_tls.model_dump() if vslice_tls else None,
+    }
+    values = parse_values({"kube_scheduler": settings})
+    document = scheduler.configuration(values)
+    others = [
+        scheduler.extender(
+            e.url,
+            [{"name": e.resource, "ignoredByScheduler": False}],
+            http_timeout=EXTENDER_TIMEOUT,
+            tls=_tls(e.url, tls),
+        )
+        for e in extra
+    ]
+    if others:
+        document["extenders"] = document.get("extenders", []) + others
+    path.write_text(to_yaml([document]))
     return path
 
 
@@ -150,45 +138,28 @@ def write_settings(path: Path, settings: dict[str, Any]) -> Path:
     return path
 
 
-ADMISSION_CONFIG = "admission.yaml"
-WEBHOOK_CLIENT_NAME = "kube-apiserver-webhook-client"
+ADMISSION_CONFIG = apiserver.CONFIG_FILE
+WEBHOOK_CLIENT_NAME = apiserver.CLIENT_NAME
 """Common name of the API server's client certificate towards the webhook."""
 
 
-def write_admission_config(directory: Path, webhook: str, client: KeyPair) -> Path:
+def write_admission_config(directory: Path, webhook_url: str, client: KeyPair) -> Path:
     """kube-apiserver's AdmissionConfiguration (``--admission-control-config-file``): the
-    webhook admission plugins present ``client`` to the webhook at ``webhook`` (host:port, the
-    name the API server looks the credentials up by), so the webhook can refuse any other
-    caller."""
-    kubeconfig = directory / "admission-webhooks.kubeconfig"
-    credentials = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "users": [
-            {
-                "name": webhook,
-                "user": {
-                    "client-certificate-data": _b64(client.cert),
-                    "client-key-data": _b64(client.key),
-                },
-            }
-        ],
-    }
-    kubeconfig.write_text(yaml.safe_dump(credentials, sort_keys=False))
+    webhook admission plugins present ``client`` to the webhook at ``webhook_url``, so the
+    webhook can refuse any other caller."""
+    values = parse_values(
+        {
+            "webhook": {"url": webhook_url},
+            "kube_apiserver": {
+                "admission_config_dir": str(directory),
+                "webhook_client_cert_data": _b64(client.cert),
+                "webhook_client_key_data": _b64(client.key),
+            },
+        }
+    )
+    kubeconfig = directory / apiserver.KUBECONFIG_FILE
+    kubeconfig.write_text(to_yaml([apiserver.webhook_credentials(values)]))
     kubeconfig.chmod(0o600)
-    plugin = {
-        "apiVersion": "apiserver.config.k8s.io/v1",
-        "kind": "WebhookAdmissionConfiguration",
-        "kubeConfigFile": str(kubeconfig),
-    }
-    document = {
-        "apiVersion": "apiserver.config.k8s.io/v1",
-        "kind": "AdmissionConfiguration",
-        "plugins": [
-            {"name": name, "configuration": plugin}
-            for name in ("MutatingAdmissionWebhook", "ValidatingAdmissionWebhook")
-        ],
-    }
     path = directory / ADMISSION_CONFIG
-    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    path.write_text(to_yaml([apiserver.admission_configuration(values)]))
     return path

@@ -1,6 +1,7 @@
-"""The lab's DRA side: the DeviceClass ``gpu.vslice.io`` and a ResourceSlice for every
-simulated node, so kube-scheduler's own DRA allocator can place claim pods on kwok nodes as it
-does on real ones (a real node's agent publishes its own slice, with ``dra: true``).
+"""The lab's DRA side: a ResourceSlice for every simulated node, so kube-scheduler's own DRA
+allocator can place claim pods on kwok nodes as it does on real ones (a real node's agent
+publishes its own slice, with ``dra: true``). The DeviceClass ``gpu.vslice.io`` is one of the
+install objects (``vslice_control.install.dra``), applied with the others at ``up``.
 
 Only on Kubernetes 1.36 or newer: consumable capacity (``allowMultipleAllocations``, request
 policies, consumed capacity in the results) is beta and on by default from 1.36. On 1.34 the
@@ -14,7 +15,6 @@ import re
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from vslice_core.dra.devices import device_class
 from vslice_kube.dra import DraApi
 from vslice_node.dra.publisher import SlicePublisher
 
@@ -31,15 +31,14 @@ def supported(version: str) -> bool:
     return (int(found.group(1)), int(found.group(2))) >= MIN_VERSION
 
 
-def install(api: DraApi, nodes: Sequence[LabNode]) -> int:
-    """Apply the DeviceClass and the simulated nodes' slices (16 at a time, written only
-    when they differ from what is stored); how many nodes have one."""
-    api.apply_device_class(device_class())
+def publish(api: DraApi, nodes: Sequence[LabNode]) -> int:
+    """Publish the simulated nodes' slices (16 at a time, written only when they differ from
+    what is stored); how many nodes have one."""
     simulated = [node for node in nodes if not node.kubelet and node.dra_inventory.gpus]
 
-    def publish(node: LabNode) -> None:
+    def publish_one(node: LabNode) -> None:
         SlicePublisher(api, node.name).publish(node.dra_inventory)
 
     with ThreadPoolExecutor(max_workers=16) as pool:
-        list(pool.map(publish, simulated))
+        list(pool.map(publish_one, simulated))
     return len(simulated)

@@ -27,7 +27,7 @@ from vslice_core.dra import DRIVER
 from vslice_core.errors import InvalidRequest, VsliceError
 
 from vslice_lab import components, configs, dra, pki, processes, realnode, state
-from vslice_lab.cluster import SERVICES_GROUP, LabCluster
+from vslice_lab.cluster import SERVICES_GROUP, LabCluster, lab_parts, lab_values
 from vslice_lab.components import Certificates, Component
 from vslice_lab.errors import LabError
 from vslice_lab.health import Probe
@@ -167,8 +167,8 @@ def _start_all(
     server = f"https://{HOST}:{ports['kube-apiserver']}"
     admin = configs.write_kubeconfig(layout.kubeconfig, server, certs.ca.cert, certs.admin, "admin")
     services_kubeconfig = _services_kubeconfig(layout, certs, record.ports)
-    webhook = f"{HOST}:{ports['vslice-webhook']}"
-    configs.write_admission_config(layout.config, webhook, certs.webhook_client)
+    webhook_url = f"https://{HOST}:{ports['vslice-webhook']}/mutate"
+    configs.write_admission_config(layout.config, webhook_url, certs.webhook_client)
     _launch(
         layout,
         record,
@@ -183,23 +183,19 @@ def _start_all(
     group = _control_plane(layout, options, binaries, certs, record, server, admin)
     _launch(layout, record, say, group, options.timeout)
     cluster = LabCluster(admin)
-    say("installing the state-annotation policy, the viewer role and Pod Security labels")
-    cluster.install_state_policy()
-    cluster.install_viewer_role()
-    cluster.label_gpu_namespaces()
-    if record.webhook:
-        say("registering the vslice webhook")
-        cluster.register_webhook(f"https://{HOST}:{ports['vslice-webhook']}/mutate", certs.ca.cert)
+    with_dra = dra.supported(options.version)
+    parts = lab_parts(with_webhook=record.webhook)
+    say(f"installing vslice's objects: {', '.join(parts)}")
+    cluster.install(lab_values(webhook_url, certs.ca.cert, device_class=with_dra), parts)
     simulated = [node for node in nodes if node not in real]
     if simulated:
         say(f"creating {len(simulated)} simulated GPU node(s)")
         record.nodes = cluster.create_nodes(simulated, options.extra_node_resources)
         state.save(layout, record)
         cluster.wait_nodes_ready(record.nodes, options.timeout)
-    with_dra = dra.supported(options.version)
     if with_dra:
-        published = cluster.install_dra(nodes)
-        say(f"installing the DRA device class {DRIVER} ({published} simulated ResourceSlice(s))")
+        published = cluster.publish_slices(nodes)
+        say(f"publishing {published} simulated ResourceSlice(s) for the DRA class {DRIVER}")
     if real and node_binaries is not None:
         context = realnode.NodeContext(
             layout=layout,

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from bringup import HERE, ROLE_NAMES, ROLES, ROOT, run, tool
+from bringup import HERE, ROLE_NAMES, ROLES, ROOT, VENV_BIN, run, tool
 from vslice_build.bundle.manifest import Manifest, Target
 from vslice_build.bundle.sums import seal
 
@@ -589,56 +590,217 @@ def test_the_toolkit_role_sets_the_default_runtime_once_in_a_containerd_2_file(
     assert config.read_text() == merged
 
 
-def _render_control_plane_template(name: str, **variables: object) -> list[dict[str, object]]:
-    """A template of the control plane role rendered with its defaults (plain Jinja2 with the
-    Ansible filters these templates use)."""
-    import jinja2
+def _release_prefix(tmp_path: Path) -> Path:
+    """A release prefix whose ``current`` is this checkout's virtualenv: the role runs the
+    ``vslice`` command installed there, as it runs the release's on a host."""
+    prefix = tmp_path / "release"
+    if not prefix.exists():
+        (prefix / "current").mkdir(parents=True)
+        (prefix / "current" / "bin").symlink_to(VENV_BIN)
+    return prefix
 
+
+# What the TLS tasks register, for the tasks that render from it.
+CA_BUNDLE = "Q0EtUEVN"
+SCHEDULER_CLIENT = ["Q0VSVA==", "S0VZ", "Q0E="]
+
+
+def _render_with_the_role(
+    tmp_path: Path, variables: dict[str, object], *, check: bool = False
+) -> tuple[Path, str]:
+    """Run the role's own rendering tasks (tasks/manifests.yml and tasks/scheduler.yml) on
+    this host into tmp_path; the manifests directory and the play's output."""
     role = ROLES / "vslice_control_plane"
-    defaults = yaml.safe_load((role / "defaults" / "main.yml").read_text())
-    environment = jinja2.Environment(undefined=jinja2.StrictUndefined)
-    environment.filters["to_json"] = json.dumps
-    environment.filters["unique"] = lambda items: list(dict.fromkeys(items))  # Ansible's: a list
-    template = environment.from_string((role / "templates" / name).read_text())
-    text = template.render({**defaults, "ansible_managed": "test", **variables})
-    return [doc for doc in yaml.safe_load_all(text) if doc]
-
-
-def test_the_roles_state_policy_is_the_one_the_lab_installs() -> None:
-    from vslice_control.webhook.statepolicy import state_policy
-
-    rendered = _render_control_plane_template("state-policy.yaml.j2")
-    accounts = [
-        f"system:serviceaccount:vslice-system:{a}" for a in ("vslice-control-plane", "vslice-node")
-    ]
-    assert rendered == list(
-        state_policy(users=accounts, excluded_namespaces=["vslice-system", "kube-system"])
+    play = {
+        "name": "Render",
+        "hosts": "localhost",
+        "connection": "local",
+        "gather_facts": False,
+        "vars_files": [str(role / "defaults" / "main.yml"), str(role / "vars" / "main.yml")],
+        "tasks": [
+            {"ansible.builtin.import_tasks": str(role / "tasks" / "manifests.yml")},
+            {"ansible.builtin.import_tasks": str(role / "tasks" / "scheduler.yml")},
+        ],
+    }
+    playbook = tmp_path / "render.yml"
+    playbook.write_text(yaml.safe_dump([play]))
+    config = tmp_path / "etc"
+    (config / "manifests").mkdir(parents=True, exist_ok=True)
+    overrides = tmp_path / "vars.json"
+    overrides.write_text(
+        json.dumps(
+            {
+                "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+                "vslice_release_prefix": str(_release_prefix(tmp_path)),
+                "vslice_control_plane_config_dir": str(config),
+                "vslice_control_plane_scheduler_config_file": str(config / "scheduler.yaml"),
+                "vslice_control_plane_kubeadm": "never",
+                "vslice_control_plane_webhook_host": "192.0.2.10",
+                "__vslice_control_plane_ca_bundle": {"content": CA_BUNDLE},
+                "__vslice_control_plane_scheduler_client": {
+                    "results": [{"content": content} for content in SCHEDULER_CLIENT]
+                },
+                **variables,
+            }
+        )
     )
-
-
-def test_the_gpu_namespaces_get_the_pod_security_level() -> None:
-    assert _render_control_plane_template("gpu-namespaces.yaml.j2") == []
-    rendered = _render_control_plane_template(
-        "gpu-namespaces.yaml.j2",
-        vslice_control_plane_gpu_namespaces=["team-a", "team-b"],
-        vslice_control_plane_pod_security_level="restricted",
+    result = run(
+        tool("ansible-playbook"),
+        *(["--check"] if check else []),
+        "-e",
+        f"@{overrides}",
+        str(playbook),
+        timeout=300,
     )
-    assert [doc["metadata"]["name"] for doc in rendered] == ["team-a", "team-b"]  # type: ignore[index]
-    for doc in rendered:
-        labels = doc["metadata"]["labels"]  # type: ignore[index]
-        assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    return config, output
 
 
-def test_no_pod_label_opts_out_of_the_webhook() -> None:
-    (configuration,) = _render_control_plane_template(
-        "webhook.yaml.j2",
-        _vslice_control_plane_webhook_url="https://127.0.0.1:8443/mutate",
-        __vslice_control_plane_ca_bundle={"content": "Q0E="},
-    )
-    (hook,) = configuration["webhooks"]  # type: ignore[index]
+def _documents(path: Path) -> list[Any]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc is not None]
+
+
+RENAMED: dict[str, object] = {
+    "vslice_control_plane_namespace": "gpu-ops",
+    "vslice_control_plane_webhook_host": "fd00::1",
+    "vslice_control_plane_webhook_listen": "[::]:9443",
+    "vslice_control_plane_webhook_path": "/admit",
+    "vslice_control_plane_webhook_failure_policy": "Ignore",
+    "vslice_control_plane_webhook_timeout": 5,
+    "vslice_control_plane_webhook_excluded_namespaces": ["kube-system", "gpu-ops", "monitoring"],
+    "vslice_control_plane_gpu_namespaces": ["team-a", "team-b"],
+    "vslice_control_plane_pod_security_level": "restricted",
+    "vslice_control_plane_scheduler_name": "sched-x",
+    "vslice_control_plane_scheduler_settings": {"lease_name": "my-lease"},
+    "vslice_control_plane_resource_gpu": "example.com/gpu",
+    "vslice_control_plane_resource_memory": "example.com/vram",
+    "vslice_control_plane_resource_memory_percentage": "example.com/vram-percent",
+    "vslice_control_plane_resource_cores": "example.com/sm",
+    "vslice_control_plane_extender_tls": False,
+    "vslice_control_plane_scheduler_listen": "0.0.0.0:9999",
+    "vslice_control_plane_extender_http_timeout": "5s",
+    "vslice_control_plane_scheduler_kubeconfig": "/etc/k/scheduler.conf",
+}
+# The same choices as the install values they stand for (vslice_control.install.values).
+RENAMED_VALUES: dict[str, object] = {
+    "namespace": "gpu-ops",
+    "resources": {
+        "gpu": "example.com/gpu",
+        "memory": "example.com/vram",
+        "memory_percent": "example.com/vram-percent",
+        "cores": "example.com/sm",
+    },
+    "scheduler_name": "sched-x",
+    "lease_name": "my-lease",
+    "webhook": {
+        "url": "https://[fd00::1]:9443/admit",
+        "ca_bundle": CA_BUNDLE,
+        "failure_policy": "Ignore",
+        "timeout_seconds": 5,
+        "excluded_namespaces": ["kube-system", "gpu-ops", "monitoring"],
+    },
+    "gpu_namespaces": ["team-a", "team-b"],
+    "pod_security_level": "restricted",
+    "kube_scheduler": {
+        "kubeconfig": "/etc/k/scheduler.conf",
+        "extender_url": "http://127.0.0.1:9999",
+        "extender_http_timeout": "5s",
+    },
+}
+DEFAULT_VALUES: dict[str, object] = {
+    "webhook": {"url": "https://192.0.2.10:8443/mutate", "ca_bundle": CA_BUNDLE},
+    "kube_scheduler": {
+        "extender_url": "https://127.0.0.1:8888",
+        "extender_tls": dict(
+            zip(("cert_data", "key_data", "ca_data"), SCHEDULER_CLIENT, strict=True)
+        ),
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("variables", "values"),
+    [({}, DEFAULT_VALUES), (RENAMED, RENAMED_VALUES)],
+    ids=["defaults", "renamed"],
+)
+def test_the_roles_files_are_what_vslice_manifests_renders_from_its_variables(
+    tmp_path: Path, variables: dict[str, object], values: dict[str, object]
+) -> None:
+    """The role writes what the one source (vslice_control.install) builds from the values
+    its variables stand for: a variable the role forgot to pass, or passed wrong, shows."""
+    from vslice_control.install.manifests import API_PARTS, objects
+    from vslice_control.install.values import parse_values
+
+    config, _ = _render_with_the_role(tmp_path, variables)
+    expected = parse_values(values)
+    parts = [part for part in API_PARTS if part != "device-class"]
+    if not expected.gpu_namespaces:
+        parts.remove("gpu-namespaces")
+    assert sorted(p.stem for p in (config / "manifests").iterdir()) == sorted(parts)
+    for part in parts:
+        assert _documents(config / "manifests" / f"{part}.yaml") == objects(expected, [part]), part
+    scheduler = _documents(config / "scheduler.yaml")
+    assert scheduler == objects(expected, ["kube-scheduler-config"])
+    assert (config / "scheduler.yaml").stat().st_mode & 0o777 == 0o600
+
+
+def test_a_second_run_changes_nothing_and_check_mode_writes_nothing(tmp_path: Path) -> None:
+    first = tmp_path / "first"
+    first.mkdir()
+    _render_with_the_role(first, {})
+    _, again = _render_with_the_role(first, {})
+    assert "changed=0" in again, again[-3000:]
+    checked = tmp_path / "checked"
+    checked.mkdir()
+    config, output = _render_with_the_role(checked, {}, check=True)
+    assert "failed=0" in output
+    assert list((config / "manifests").iterdir()) == []
+    assert not (config / "scheduler.yaml").exists()
+
+
+def test_the_installed_objects_hold_what_the_security_model_needs() -> None:
+    """The webhook is called for every managed resource, nobody opts a pod out with a label,
+    only vslice's accounts (and named groups) write its pod state, and users get a read-only
+    viewer role."""
+    from vslice_control.install.manifests import objects
+    from vslice_control.install.rbac import VIEWER_ROLE
+    from vslice_control.install.values import parse_values
+
+    values = parse_values(RENAMED_VALUES)
+    by_kind = {doc["kind"]: doc for doc in objects(values)}
+    (hook,) = by_kind["MutatingWebhookConfiguration"]["webhooks"]
     assert "objectSelector" not in hook
     expressions = hook["namespaceSelector"]["matchExpressions"]
     assert {"key": "vslice.io/webhook", "operator": "NotIn", "values": ["disabled"]} in expressions
+    assert expressions[0]["values"] == ["gpu-ops", "kube-system", "monitoring"]
+    (condition,) = hook["matchConditions"]
+    for resource in values.resources.managed():
+        assert f"'{resource}'" in condition["expression"]
+    assert "nvidia.com" not in condition["expression"]
+    policy = by_kind["ValidatingAdmissionPolicy"]
+    (exempt,) = policy["spec"]["matchConditions"]
+    assert exempt["expression"].startswith(
+        "!(request.userInfo.username in ['system:serviceaccount:gpu-ops:vslice-control-plane', "
+        "'system:serviceaccount:gpu-ops:vslice-node'])"
+    )
+    viewers = [
+        doc
+        for doc in objects(values, ["rbac"])
+        if doc["kind"] == "ClusterRole" and doc["metadata"]["name"] == VIEWER_ROLE
+    ]
+    (viewer,) = viewers
+    verbs = {verb for rule in viewer["rules"] for verb in rule["verbs"]}
+    assert verbs == {"get", "list", "watch"}
+    assert "aggregationRule" not in viewer and "labels" in viewer["metadata"]
+    assert not any(
+        key.startswith("rbac.authorization.k8s.io/aggregate")
+        for key in viewer["metadata"]["labels"]
+    )
+    namespaces = [doc for doc in objects(values, ["gpu-namespaces"])]
+    assert [doc["metadata"]["name"] for doc in namespaces] == ["team-a", "team-b"]
+    for doc in namespaces:
+        assert doc["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
 
 
 def test_the_api_server_gets_a_webhook_client_certificate_and_admission_configuration(
@@ -661,14 +823,13 @@ def test_the_api_server_gets_a_webhook_client_certificate_and_admission_configur
         "handlers": [{"ansible.builtin.import_tasks": str(role / "handlers" / "main.yml")}],
     }
     (tmp_path / "play.yml").write_text(yaml.safe_dump([play]))
-    # Outside a role, templates are looked up beside the playbook.
-    (tmp_path / "templates").symlink_to(role / "templates")
     (tmp_path / "pki").mkdir()
     overrides = tmp_path / "vars.json"
     overrides.write_text(
         json.dumps(
             {
                 "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+                "vslice_release_prefix": str(_release_prefix(tmp_path)),
                 "vslice_control_plane_tls_dir": str(tmp_path / "pki"),
                 "vslice_control_plane_admission_config_dir": str(tmp_path / "admission"),
                 "vslice_control_plane_webhook_host": "10.0.0.5",
@@ -689,68 +850,12 @@ def test_the_api_server_gets_a_webhook_client_certificate_and_admission_configur
         assert plugin["configuration"]["kubeConfigFile"] == str(kubeconfig)
     (user,) = yaml.safe_load(kubeconfig.read_text())["users"]
     assert user["name"] == "10.0.0.5:8443"  # the webhook URL's host:port
+    key = base64.b64decode(user["user"]["client-key-data"])
+    assert key == (tmp_path / "pki" / "webhook-client.key").read_bytes()
     cert = x509.load_pem_x509_certificate((tmp_path / "pki" / "webhook-client.crt").read_bytes())
     (cn,) = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
     assert cn.value == "kube-apiserver-webhook-client"
     assert kubeconfig.stat().st_mode & 0o777 == 0o600
-
-
-def _rendered_webhook(**variables: object) -> dict[str, Any]:
-    configuration: Any
-    (configuration,) = _render_control_plane_template(
-        "webhook.yaml.j2",
-        _vslice_control_plane_webhook_url="https://127.0.0.1:8443/mutate",
-        __vslice_control_plane_ca_bundle={"content": "Q0E="},
-        **variables,
-    )
-    (hook,) = configuration["webhooks"]
-    assert isinstance(hook, dict)
-    return hook
-
-
-@pytest.mark.parametrize(
-    "names",
-    [
-        {},
-        {
-            "gpu": "example.com/gpu",
-            "memory": "example.com/vram",
-            "memory_percent": "example.com/vram-percent",
-            "cores": "example.com/sm",
-        },
-    ],
-    ids=["defaults", "renamed"],
-)
-def test_the_roles_webhook_match_conditions_are_the_ones_the_lab_registers(
-    names: dict[str, str],
-) -> None:
-    from vslice_core.resources import ResourceNames
-    from vslice_lab.cluster import WEBHOOK_NAME, webhook_configuration
-
-    role_key = {"memory_percent": "memory_percentage"}
-    variables = {
-        f"vslice_control_plane_resource_{role_key.get(key, key)}": value
-        for key, value in names.items()
-    }
-    hook = _rendered_webhook(**variables)
-    resource_names = ResourceNames(**names)
-    (lab_hook,) = webhook_configuration("https://x/mutate", b"CA", resource_names)["webhooks"]
-    assert hook["name"] == lab_hook["name"] == WEBHOOK_NAME
-    assert hook["matchConditions"] == lab_hook["matchConditions"]
-    (condition,) = hook["matchConditions"]
-    for resource in resource_names.managed():
-        assert f"'{resource}'" in condition["expression"]
-    if names:
-        assert "nvidia.com" not in condition["expression"]
-
-
-def test_the_roles_viewer_role_is_the_one_the_lab_installs() -> None:
-    from vslice_kube.rbac import VIEWER_ROLE, viewer_cluster_role
-
-    rendered = _render_control_plane_template("rbac.yaml.j2")
-    documents: list[Any] = rendered
-    roles = [doc for doc in documents if doc["metadata"]["name"] == VIEWER_ROLE]
-    assert roles == [viewer_cluster_role()]
 
 
 def test_the_services_get_the_resource_names_the_webhook_is_called_for() -> None:
@@ -766,11 +871,33 @@ def test_the_services_get_the_resource_names_the_webhook_is_called_for() -> None
     }
 
 
-def test_uninstall_removes_the_viewer_role() -> None:
-    from vslice_kube.rbac import VIEWER_ROLE
+def test_uninstall_deletes_every_cluster_wide_object_the_role_installs() -> None:
+    """vslice_uninstall names the objects it deletes; they are the names the one source gives
+    (the GPU namespaces are the site's, and stay)."""
+    from vslice_control.install.manifests import objects
+    from vslice_control.install.values import parse_values
 
+    installed = objects(parse_values({"webhook": {"url": "https://x:8443/mutate"}}))
+    names = {(doc["kind"], doc["metadata"]["name"]) for doc in installed}
     variables = yaml.safe_load((ROLES / "vslice_uninstall" / "vars" / "main.yml").read_text())
-    assert variables["_vslice_uninstall_viewer_role"] == VIEWER_ROLE
+    accounts = variables["_vslice_uninstall_accounts"]
+    deleted = {
+        ("MutatingWebhookConfiguration", variables["_vslice_uninstall_webhook_configuration"]),
+        (
+            "ValidatingWebhookConfiguration",
+            variables["_vslice_uninstall_claims_webhook_configuration"],
+        ),
+        ("ValidatingAdmissionPolicy", variables["_vslice_uninstall_state_policy"]),
+        ("ValidatingAdmissionPolicyBinding", variables["_vslice_uninstall_state_policy"]),
+        ("ClusterRole", variables["_vslice_uninstall_viewer_role"]),
+        ("Namespace", "vslice-system"),  # vslice_uninstall_namespace
+        *((kind, name) for kind in ("ClusterRole", "ClusterRoleBinding") for name in accounts),
+        *(
+            (item["kind"], item["name"])
+            for item in variables["_vslice_uninstall_namespaced_objects"]
+        ),
+    }
+    assert names == deleted
     tasks = yaml.safe_load((ROLES / "vslice_uninstall" / "tasks" / "objects.yml").read_text())
     loops = " ".join(str(task.get("loop", "")) for task in tasks)
     assert "_vslice_uninstall_viewer_role" in loops

@@ -10,7 +10,7 @@ import pytest
 from vslice_core.dra import DRIVER
 from vslice_core.dra.allocations import grants, shares
 from vslice_core.dra.claims import check, claim_spec, request_name, selectors, unsupported
-from vslice_core.dra.devices import device, device_class, resource_slice, same_devices
+from vslice_core.dra.devices import SELECTOR, device, resource_slice, same_devices
 from vslice_core.errors import InvalidRequest
 from vslice_core.model import ContainerRequest, Gpu, GpuGrant, NodeInventory, PodRequest
 
@@ -64,7 +64,7 @@ def test_same_devices_reads_canonical_quantities_and_sees_changes() -> None:
 
 
 def test_device_class_selects_healthy_uncordoned_vslice_devices() -> None:
-    expression = device_class()["spec"]["selectors"][0]["cel"]["expression"]
+    expression = SELECTOR
     assert f'device.driver == "{DRIVER}"' in expression
     assert expression.endswith('device.attributes["gpu.vslice.io"].allocatable')
     attributes = device(T4)["attributes"]

@@ -43,9 +43,9 @@ from hostprint import HostPrint, fingerprint
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from recording_extender import ProxyTls, RecordingExtender
+from vslice_control.install.namespaces import pod_security_labels
 from vslice_kube.client import api_client
 from vslice_lab import lab as lab_module
-from vslice_lab.cluster import pod_security_labels
 from vslice_lab.layout import Layout
 from vslice_lab.state import LabRecord
 

@@ -19,11 +19,11 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from realnode_pods import RealNode, finished, parse_smoke
 from vslice_build.images import SMOKE_IMAGE
+from vslice_control.install.namespaces import pod_security_labels
 from vslice_core import annotations as ann
 from vslice_core.model import Allocation, ContainerAllocation, GpuGrant
 from vslice_core.proof import PROOF
 from vslice_kube.client import api_client
-from vslice_lab.cluster import pod_security_labels
 from vslice_lab.lab import services_kubeconfig_path
 from vslice_lab.layout import Layout
 

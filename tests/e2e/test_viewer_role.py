@@ -19,9 +19,9 @@ from conftest import LabHandle
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from vslice.snapshot import ClusterSnapshot
+from vslice_control.install.rbac import VIEWER_ROLE
 from vslice_core.errors import ClusterError
 from vslice_kube.client import api_client
-from vslice_kube.rbac import VIEWER_ROLE
 from vslice_kube.workloads import Workloads
 from vslice_lab.layout import Layout
 

@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 from conftest import LabHandle
 from kubernetes.client.exceptions import ApiException
+from vslice_control.install.admission import POD_WEBHOOK
+from vslice_control.install.namespaces import OPT_OUT_LABEL
 from vslice_core.annotations import ALLOCATION
 from vslice_lab import lab as lab_module
 from vslice_lab import processes, state
-from vslice_lab.cluster import WEBHOOK_NAME, WEBHOOK_OPT_OUT_LABEL
 from vslice_lab.layout import Layout
 
 pytestmark = pytest.mark.timeout(180)
@@ -95,7 +96,7 @@ def test_a_gpu_pod_is_refused_naming_the_webhook_while_it_is_down(
     webhook_down: LabHandle, namespace: str
 ) -> None:
     message = _refusal(webhook_down, namespace, _pod("gpu", _container(resources={"limits": GPU})))
-    assert "failed calling webhook" in message and f'"{WEBHOOK_NAME}"' in message, message
+    assert "failed calling webhook" in message and f'"{POD_WEBHOOK}"' in message, message
     with pytest.raises(ApiException):
         webhook_down.read_pod(namespace, "gpu")
 
@@ -136,7 +137,7 @@ def test_the_api_server_sends_the_webhook_exactly_the_pods_it_acts_on(
     the same kinds of pods as tests/services/test_webhook_match_conditions.py."""
     if waits:
         message = _refusal(webhook_down, namespace, pod, dry_run=True)
-        assert "failed calling webhook" in message and WEBHOOK_NAME in message, message
+        assert "failed calling webhook" in message and POD_WEBHOOK in message, message
     else:
         _create(webhook_down, namespace, pod, dry_run=True)
 
@@ -144,7 +145,7 @@ def test_the_api_server_sends_the_webhook_exactly_the_pods_it_acts_on(
 def test_an_opted_out_namespace_creates_gpu_pods_without_the_webhook(
     webhook_down: LabHandle, namespace: str
 ) -> None:
-    labels = {WEBHOOK_OPT_OUT_LABEL: "disabled"}
+    labels = {OPT_OUT_LABEL: "disabled"}
     webhook_down.core.patch_namespace(
         namespace, {"metadata": {"labels": labels}}, _preload_content=False
     )

@@ -11,14 +11,13 @@ import base64
 import copy
 import json
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
-import jinja2
 import pytest
-import yaml
 from served import apply_patch
-from vslice_control.webhook import claimconfig
+from vslice_control.install import admission, rbac
+from vslice_control.install.values import parse_values
+from vslice_control.webhook import reach
 from vslice_control.webhook.draconvert import (
     MANAGED_BY,
     claim_template,
@@ -40,7 +39,6 @@ GPU, MEM, PCT, CORES = (
     DEFAULT_RESOURCE_NAMES.cores,
 )
 DRA = WebhookPolicy(path="dra")
-ROLE = Path(__file__).resolve().parents[2] / "roles" / "vslice_control_plane"
 
 
 class FakeTemplates:
@@ -516,47 +514,30 @@ def test_a_claim_of_another_api_version_is_refused_as_malformed() -> None:
     assert "request.object.apiVersion must be resource.k8s.io/v1" in response["status"]["message"]
 
 
-# The configurations the role renders.
+# The configurations vslice installs (vslice_control.install; the role and the lab render them).
 
 
-def _render(name: str, **variables: object) -> list[Any]:
-    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
-    environment = jinja2.Environment(undefined=jinja2.StrictUndefined)
-    environment.filters["to_json"] = json.dumps
-    environment.filters["unique"] = lambda items: list(dict.fromkeys(items))
-    template = environment.from_string((ROLE / "templates" / name).read_text())
-    text = template.render({**defaults, "ansible_managed": "test", **variables})
-    return [doc for doc in yaml.safe_load_all(text) if doc]
+VALUES = parse_values({"webhook": {"url": "https://127.0.0.1:8443/mutate", "ca_bundle": "Q0E="}})
 
 
-def test_the_roles_claims_configuration_is_the_one_the_module_builds() -> None:
-    url = "https://127.0.0.1:8443/mutate"
-    (rendered,) = _render(
-        "claims-webhook.yaml.j2",
-        _vslice_control_plane_webhook_url=url,
-        __vslice_control_plane_ca_bundle={"content": "Q0E="},
-    )
-    built = claimconfig.claims_webhook_configuration(
-        {"url": url, "caBundle": "Q0E="}, excluded_namespaces=["vslice-system", "kube-system"]
-    )
-    assert rendered == built
-    vars_text = (ROLE / "vars" / "main.yml").read_text()
-    assert "'claims-webhook'" in vars_text  # rendered and applied with the other manifests
+def test_the_claims_configuration_calls_the_pods_webhook_and_leaves_out_the_same_namespaces() -> (
+    None
+):
+    (claims_hook,) = admission.claim_configuration(VALUES)["webhooks"]
+    (pods_hook,) = admission.pod_configuration(VALUES)["webhooks"]
+    assert claims_hook["name"] == "gpu-claims.vslice.io"
+    assert claims_hook["clientConfig"] == pods_hook["clientConfig"]
+    assert claims_hook["namespaceSelector"] == pods_hook["namespaceSelector"]
+    assert claims_hook["sideEffects"] == "None"  # it never changes a claim
+    (rule,) = claims_hook["rules"]
+    assert rule["resources"] == ["resourceclaims", "resourceclaimtemplates"]
+    assert rule["operations"] == ["CREATE", "UPDATE"]
 
 
-def test_the_roles_pod_configuration_declares_its_side_effect_and_the_rbac_allows_it() -> None:
-    (configuration,) = _render(
-        "webhook.yaml.j2",
-        _vslice_control_plane_webhook_url="https://127.0.0.1:8443/mutate",
-        __vslice_control_plane_ca_bundle={"content": "Q0E="},
-    )
-    (hook,) = configuration["webhooks"]
+def test_the_pod_configuration_declares_its_side_effect_and_the_rbac_allows_it() -> None:
+    (hook,) = admission.pod_configuration(VALUES)["webhooks"]
     assert hook["sideEffects"] == "NoneOnDryRun"
-    (role,) = [
-        doc
-        for doc in _render("rbac.yaml.j2")
-        if doc["kind"] == "ClusterRole" and doc["metadata"]["name"] == "vslice-control-plane"
-    ]
+    role = rbac.control_plane_role(VALUES)
     assert {
         "apiGroups": ["resource.k8s.io"],
         "resources": ["resourceclaimtemplates"],
@@ -568,7 +549,7 @@ def test_the_roles_pod_configuration_declares_its_side_effect_and_the_rbac_allow
 
 
 def test_the_claims_match_condition_names_vslices_classes_only() -> None:
-    (classes, spec) = claimconfig.match_conditions()
+    (classes, spec) = reach.claim_match_conditions()
     expression = classes["expression"]
     assert expression.count("(") == expression.count(")")
     assert "r.exactly.deviceClassName == 'gpu.vslice.io'" in expression

@@ -14,12 +14,13 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from vslice_control.install import admission
+from vslice_control.install.values import parse_values
 from vslice_control.webhook.policy import WebhookPolicy, review_pod
 from vslice_control.webhook.reach import VISIBLE_PREFIX, expression, match_conditions
 from vslice_control.webhook.review import AdmissionRequest
 from vslice_core.annotations import POD_STATE
 from vslice_core.resources import DEFAULT_RESOURCE_NAMES, ResourceNames
-from vslice_lab.cluster import webhook_configuration
 
 NAMES = DEFAULT_RESOURCE_NAMES
 VISIBLE = "NVIDIA_VISIBLE_DEVICES"
@@ -186,9 +187,12 @@ def test_the_expression_names_each_configured_resource_and_guards_every_optional
     assert text.count("(") == text.count(")")
 
 
-def test_the_lab_registers_the_conditions_for_its_resource_names_and_fails_closed() -> None:
+def test_the_installed_configuration_carries_the_conditions_for_its_names_and_fails_closed() -> (
+    None
+):
     names = ResourceNames(gpu="example.com/gpu")
-    (hook,) = webhook_configuration("https://x/mutate", b"CA", names)["webhooks"]
+    values = parse_values({"resources": {"gpu": names.gpu}, "webhook": {"url": "https://x/m"}})
+    (hook,) = admission.pod_configuration(values)["webhooks"]
     assert hook["matchConditions"] == match_conditions(names)
     assert len(hook["matchConditions"]) <= 64
     assert hook["failurePolicy"] == "Fail"

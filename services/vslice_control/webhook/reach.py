@@ -1,4 +1,8 @@
-"""Which pods the API server sends to the webhook: the ``matchConditions`` of its configuration.
+"""What the API server sends to the webhook: the ``rules`` and ``matchConditions`` of its two
+configurations, the pods' mutating one and the claims' validating one.
+
+Pods
+----
 
 For a pod being created, the webhook (``policy.review_pod``) changes or refuses something only
 when the pod
@@ -19,27 +23,63 @@ still fail closed (``failurePolicy: Fail``). The expression tests every optional
 ``has()``, so a pod without init containers, resources, env or annotations never makes it fail
 to evaluate (an evaluation error counts as a failed call, and would refuse the pod).
 
-The lab and the Ansible role render the same conditions; the role's template is checked against
-this module by its tests.
+Claims
+------
+
+Users' ResourceClaims and ResourceClaimTemplates go through a validating configuration
+(``claimpolicy.review_claim``), which sees each object after every mutating webhook has run,
+so what it checks is what is stored. Its ``matchConditions`` keep every other claim off the
+webhook, so claims of other drivers are created even while the webhook is down; all conditions
+of the list must hold:
+
+- the claim (or the template's claim) has a request, or a ``firstAvailable`` subrequest,
+  whose ``deviceClassName`` is ``gpu.vslice.io`` or ends in ``.gpu.vslice.io``;
+- it is a CREATE, or an UPDATE that changes the spec (the spec of both kinds is immutable in
+  ``resource.k8s.io/v1``, so an UPDATE is the finalizer and label changes of kube-scheduler
+  and the claim controller, which must never wait for the webhook or the claim's deletion
+  would hang while it is down).
+
+``vslice_control.install.admission`` wraps these in the configurations that the lab, the
+Ansible role and ``vslice manifests`` install.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import Any
 
 from vslice_core.annotations import POD_STATE
+from vslice_core.dra import DRIVER
 from vslice_core.resources import DEFAULT_RESOURCE_NAMES, ResourceNames
 
 from vslice_control.webhook.environment import VISIBLE_DEVICES
 
 CONDITION_NAME = "asks-for-gpus-or-sets-what-vslice-checks"
+CLAIM_CLASS_CONDITION = "asks-vslice-devices"
+CLAIM_SPEC_CONDITION = "creates-or-changes-the-spec"
+CLAIM_SPEC_EXPRESSION = (
+    "request.operation == 'CREATE' || oldObject == null || object.spec != oldObject.spec"
+)
 VISIBLE_PREFIX = "NVIDIA_VISIBLE"
 """The ``envFrom`` prefix range the webhook refuses to a container without GPUs."""
 
 
+def pod_rules() -> list[dict[str, Any]]:
+    """The pods' configuration's ``rules``: pods being created."""
+    return [
+        {
+            "operations": ["CREATE"],
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "resources": ["pods"],
+            "scope": "Namespaced",
+        }
+    ]
+
+
 def match_conditions(names: ResourceNames = DEFAULT_RESOURCE_NAMES) -> list[dict[str, str]]:
-    """The webhook's ``matchConditions`` (one: all conditions of a list must hold)."""
+    """The pods' ``matchConditions`` (one: all conditions of a list must hold)."""
     return [{"name": CONDITION_NAME, "expression": expression(names)}]
 
 
@@ -75,3 +115,51 @@ def _sets_gpu_environment() -> str:
 
 def _cel_list(items: Sequence[str]) -> str:
     return json.dumps(list(items)).replace('"', "'")
+
+
+def claim_rules() -> list[dict[str, Any]]:
+    """The claims' configuration's ``rules``: v1 ResourceClaims and ResourceClaimTemplates."""
+    return [
+        {
+            "operations": ["CREATE", "UPDATE"],
+            "apiGroups": ["resource.k8s.io"],
+            "apiVersions": ["v1"],
+            "resources": ["resourceclaims", "resourceclaimtemplates"],
+            "scope": "Namespaced",
+        }
+    ]
+
+
+def claim_match_conditions() -> list[dict[str, str]]:
+    """The claims' ``matchConditions``: asks vslice's devices, and creates or changes the spec."""
+    return [
+        {"name": CLAIM_CLASS_CONDITION, "expression": claim_class_expression()},
+        {"name": CLAIM_SPEC_CONDITION, "expression": CLAIM_SPEC_EXPRESSION},
+    ]
+
+
+def claim_class_expression() -> str:
+    """CEL over ``object`` (a claim or a template) that is true when it asks vslice's devices."""
+    return (
+        f"(has(object.spec) && {_asks_vslice('object.spec')}) || "
+        f"(has(object.spec) && has(object.spec.spec) && {_asks_vslice('object.spec.spec')})"
+    )
+
+
+def _asks_vslice(spec: str) -> str:
+    exactly = (
+        "(has(r.exactly) && has(r.exactly.deviceClassName) && "
+        f"{_ours('r.exactly.deviceClassName')})"
+    )
+    first = (
+        "(has(r.firstAvailable) && r.firstAvailable.exists(s, has(s.deviceClassName) && "
+        f"{_ours('s.deviceClassName')}))"
+    )
+    return (
+        f"(has({spec}.devices) && has({spec}.devices.requests) && "
+        f"{spec}.devices.requests.exists(r, {exactly} || {first}))"
+    )
+
+
+def _ours(value: str) -> str:
+    return f"({value} == '{DRIVER}' || {value}.endsWith('.{DRIVER}'))"

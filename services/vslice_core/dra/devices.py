@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from vslice_core.dra import CORES, DEVICE_CLASS, DRIVER, MEMORY, MIB, SLOTS
+from vslice_core.dra import CORES, DRIVER, MEMORY, MIB, SLOTS
 from vslice_core.errors import InvalidRequest
 from vslice_core.model import Gpu, NodeInventory
 from vslice_core.quantities import parse_quantity
@@ -149,17 +149,8 @@ def _numbers(value: object) -> object:
 
 
 SELECTOR = f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].allocatable'
-"""The DeviceClass' CEL: vslice's devices that are healthy and not cordoned."""
-
-
-def device_class() -> dict[str, Any]:
-    """The DeviceClass vslice claims name: vslice GPUs that are healthy and not cordoned."""
-    return {
-        "apiVersion": RESOURCE_API,
-        "kind": "DeviceClass",
-        "metadata": {"name": DEVICE_CLASS},
-        "spec": {"selectors": [{"cel": {"expression": SELECTOR}}]},
-    }
+"""The DeviceClass' CEL: vslice's devices that are healthy and not cordoned (the DeviceClass
+itself is an install object: ``vslice_control.install.dra``)."""
 
 
 def memory_bytes(mib: int) -> int:

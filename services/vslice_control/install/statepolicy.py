@@ -8,8 +8,9 @@ operator opted out). It matches ``pods`` (kubectl edit/annotate/patch), ``pods/s
 ``pods/binding`` and ``bindings`` (a Binding may be posted to either): the extender writes
 the allocation in a Binding, whose annotations the API server copies onto the pod, and the
 device plugin writes ``vslice.io/delivered`` with a PATCH, so both run under an exempt
-identity. The lab and the Ansible role render the same
-objects (the role's template is checked against this module by its tests).
+identity: vslice's service accounts, and the groups ``state_writer_groups`` names (the lab's
+services). The namespaces the webhook leaves out by name are left out here too: only
+administrators create pods there.
 """
 
 from __future__ import annotations
@@ -20,7 +21,12 @@ from typing import Any
 
 from vslice_core.annotations import POD_STATE
 
+from vslice_control.install import rbac
+from vslice_control.install.namespaces import PART_OF, excluded_namespaces
+from vslice_control.install.values import InstallValues
+
 POLICY_NAME = "vslice-state-annotations"
+ADMISSION_API = "admissionregistration.k8s.io/v1"
 
 
 def _cel_list(items: Sequence[str]) -> str:
@@ -35,18 +41,23 @@ def exempt_condition(users: Sequence[str], groups: Sequence[str]) -> str:
     )
 
 
-def state_policy(
-    users: Sequence[str] = (),
-    groups: Sequence[str] = (),
-    excluded_namespaces: Sequence[str] = ("kube-system",),
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The policy and its binding; requests by ``users`` or members of ``groups`` pass, and so
-    does everything in ``excluded_namespaces`` (those the webhook configuration leaves out by
-    name, where only administrators create pods)."""
-    policy = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
+def objects(values: InstallValues) -> list[dict[str, Any]]:
+    """The policy, then its binding (a binding to a missing policy is ignored until the
+    policy exists)."""
+    users = [rbac.account_user(values, account) for account in rbac.ACCOUNTS]
+    return [
+        policy(users, values.state_writer_groups, excluded_namespaces(values)),
+        binding(),
+    ]
+
+
+def policy(users: Sequence[str], groups: Sequence[str], excluded: Sequence[str]) -> dict[str, Any]:
+    """Requests by ``users`` or members of ``groups`` pass, and so does everything in the
+    ``excluded`` namespaces."""
+    return {
+        "apiVersion": ADMISSION_API,
         "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": POLICY_NAME, "labels": {"app.kubernetes.io/part-of": "vslice"}},
+        "metadata": {"name": POLICY_NAME, "labels": dict(PART_OF)},
         "spec": {
             "failurePolicy": "Fail",
             "matchConstraints": {
@@ -63,7 +74,7 @@ def state_policy(
                         {
                             "key": "kubernetes.io/metadata.name",
                             "operator": "NotIn",
-                            "values": list(excluded_namespaces),
+                            "values": list(excluded),
                         }
                     ]
                 },
@@ -102,10 +113,12 @@ def state_policy(
             ],
         },
     }
-    binding = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
+
+
+def binding() -> dict[str, Any]:
+    return {
+        "apiVersion": ADMISSION_API,
         "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": POLICY_NAME, "labels": {"app.kubernetes.io/part-of": "vslice"}},
+        "metadata": {"name": POLICY_NAME, "labels": dict(PART_OF)},
         "spec": {"policyName": POLICY_NAME, "validationActions": ["Deny"]},
     }
-    return policy, binding
