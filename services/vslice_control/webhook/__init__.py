@@ -1,5 +1,12 @@
-"""The mutating admission webhook: normalize GPU pods, deny unsafe or invalid ones, route them.
+"""The admission webhook: normalize GPU pods, deny unsafe or invalid ones, route them.
 
-``review`` (AdmissionReview wire format), ``policy`` (the decision), ``jsonpatch`` (patch
-building), ``main`` (``vslice serve webhook``).
+- ``review``       the AdmissionReview v1 wire format
+- ``policy``       the decision for one pod (pure); the values themselves are read and checked
+  once by the core (:func:`vslice_core.requests.normalize_gpu_pod`)
+- ``podspec``      walking a pod's containers; ``environment`` variables a container may not set
+- ``routing``      which path a namespace's GPU pods take; ``draconvert`` a pod on the DRA
+  path becomes a ResourceClaimTemplate it references; ``claimpolicy`` claims users write
+- ``reach``        which requests the API server sends here (rules, matchConditions), used by
+  the install objects in :mod:`vslice_control.install`
+- ``jsonpatch``    building the patch; ``main`` ``vslice serve webhook``
 """
