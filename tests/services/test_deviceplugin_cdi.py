@@ -33,7 +33,7 @@ from plugin_lab import (
     inventory,
     make_lab,
 )
-from vslice_node.handover.container import delivery
+from vslice_node.handover.container import container_handover
 
 SPEC = "vslice.io-gpu.json"
 GPU_C = "GPU-6c7f0d8e-0000-4000-8000-00000000000c"
@@ -339,7 +339,9 @@ def test_containerds_cdi_library_reads_the_spec_and_injects_what_mounts_mode_wou
     injected_devices = {d["path"] for d in oci["linux"]["devices"]}
     # The same container in mounts mode: CDI must add exactly what the response adds there.
     plain = dataclasses.replace(lab.plugin.handover, injection="mounts")
-    reference = delivery(plain, [grant(GPU_B, 1)], "uid-train", "main", {GPU_A: 0, GPU_B: 1})
+    reference = container_handover(
+        plain, [grant(GPU_B, 1)], "uid-train", "main", {GPU_A: 0, GPU_B: 1}
+    )
     cdi_only = set(reference.envs) - set(answer.envs)
     assert injected_env == {k: reference.envs[k] for k in cdi_only}
     own = {m.container_path for m in answer.mounts}

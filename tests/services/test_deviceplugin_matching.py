@@ -1,4 +1,4 @@
-"""Matching Allocate calls to pods: pure functions (the answer: test_deviceplugin_delivery.py)."""
+"""Matching Allocate calls to pods: pure functions (the answer: test_container_handover.py)."""
 
 from __future__ import annotations
 

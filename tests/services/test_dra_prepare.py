@@ -20,7 +20,7 @@ from vslice_node.dra.claims import ClaimError, ClaimRef, Prepared
 from vslice_node.dra.prepare import ClaimPreparer, claim_spec_path
 from vslice_node.dra.publisher import SlicePublisher
 from vslice_node.handover.checkpoint import Checkpoint
-from vslice_node.handover.container import Handover, Layout, cdi_spec, delivery
+from vslice_node.handover.container import Handover, Layout, cdi_spec, container_handover
 from vslice_node.handover.driver import Driver
 from vslice_node.handover.files import LIMITS_MODE
 from vslice_node.handover.hostfiles import device_numbers
@@ -187,7 +187,7 @@ def test_a_claim_resolves_through_the_cdi_library_to_what_the_device_plugin_give
     # the claim UID where the pod UID would be.
     grant = GpuGrant(uuid=GPU_B, index=1, memory_mib=4096, cores=25)
     plain = dataclasses.replace(handover, injection="mounts")
-    reference = delivery(plain, [grant], REF.uid, "main", minors)
+    reference = container_handover(plain, [grant], REF.uid, "main", minors)
     assert injected_env == reference.envs
     assert injected_mounts == {
         m.container_path: (m.host_path, m.read_only) for m in reference.mounts

@@ -22,7 +22,7 @@ from vslice_node.handover.container import (
     REGION_FILE,
     Handover,
     Layout,
-    delivery,
+    container_handover,
     limits_text,
 )
 from vslice_node.monitor.main import metrics_service
@@ -45,7 +45,7 @@ def program(built: None, tmp_path: Path) -> Iterator[tuple[Path, subprocess.Pope
     # In a container the region directory is bind-mounted; a host process sees the host path.
     layout = Layout(cache_root=root, container_cache_root=str(root))
     grant = GpuGrant(uuid=fake_uuid(0), index=0, memory_mib=1024, cores=40)
-    answer = delivery(Handover(layout), [grant], "uid-1", "main", {fake_uuid(0): 0})
+    answer = container_handover(Handover(layout), [grant], "uid-1", "main", {fake_uuid(0): 0})
     layout.host_cache_dir("uid-1", "main").mkdir(parents=True)
     # The limits file as the allocator writes it; a host process finds it by its host path.
     limits = tmp_path / "limits"

@@ -52,9 +52,9 @@ from vslice_node.deviceplugin.proofs import ProofCheck
 from vslice_node.handover.container import (
     CONTAINER_LIMITS_DIR,
     PRELOAD_PATH,
-    Delivery,
+    ContainerHandover,
     Handover,
-    delivery,
+    container_handover,
     shadowing_mounts,
 )
 from vslice_node.handover.files import write_container_files
@@ -128,8 +128,8 @@ class Allocator:
 
     # -- Allocate ---------------------------------------------------------------------------
 
-    def allocate(self, device_ids: Sequence[str]) -> Delivery:
-        """The delivery for the container the kubelet is starting with ``device_ids``.
+    def allocate(self, device_ids: Sequence[str]) -> ContainerHandover:
+        """What the container the kubelet is starting with ``device_ids`` is handed.
 
         Raises InvalidRequest (unknown device IDs), AllocationRefused (only a pod without a
         valid proof could match), NoPendingAllocation or ClusterError.
@@ -140,7 +140,7 @@ class Allocator:
             self._warn_refused(exc.refused, exc.why, str(exc))
             raise
 
-    def _allocate(self, device_ids: Sequence[str]) -> Delivery:
+    def _allocate(self, device_ids: Sequence[str]) -> ContainerHandover:
         minors = self.gpu_minors()
         gpus_of(device_ids, minors)
         kubelet = self.kubelet_view()
@@ -168,7 +168,9 @@ class Allocator:
                 "device_ids": list(device_ids),
             },
         )
-        return delivery(self.handover, chosen.grants, chosen.uid, chosen.container, minors)
+        return container_handover(
+            self.handover, chosen.grants, chosen.uid, chosen.container, minors
+        )
 
     def _list_pods(self) -> list[dict[str, Any]]:
         """List with retries: a short API outage must not fail a container start."""

@@ -1,5 +1,5 @@
 """The DevicePlugin gRPC service: thin handlers that translate between protobuf and the
-allocator, the device board and the delivery description.
+allocator, the device board and the container handover.
 
 Errors reach the kubelet as gRPC status codes with a message naming the problem (it shows the
 message in the pod's events): unknown device IDs are INVALID_ARGUMENT, no matching pending
@@ -21,7 +21,7 @@ from vslice_node.deviceplugin.api import deviceplugin_pb2 as pb
 from vslice_node.deviceplugin.api import deviceplugin_pb2_grpc as pb_grpc
 from vslice_node.deviceplugin.board import DeviceBoard
 from vslice_node.deviceplugin.devices import VirtualDevice
-from vslice_node.handover.container import Delivery
+from vslice_node.handover.container import ContainerHandover
 
 log = logging.getLogger("vslice.deviceplugin.grpc")
 
@@ -37,7 +37,7 @@ def list_response(devices: Sequence[VirtualDevice]) -> pb.ListAndWatchResponse:
     return pb.ListAndWatchResponse(devices=[device_message(d) for d in devices])
 
 
-def container_response(found: Delivery) -> pb.ContainerAllocateResponse:
+def container_response(found: ContainerHandover) -> pb.ContainerAllocateResponse:
     return pb.ContainerAllocateResponse(
         envs=found.envs,
         mounts=[

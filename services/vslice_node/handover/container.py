@@ -93,7 +93,7 @@ class Handover:
 
 
 @dataclass(frozen=True)
-class Delivery(Edits):
+class ContainerHandover(Edits):
     """The container's answer: edits for the response, and the CDI devices it names."""
 
     cdi_devices: list[str] = field(default_factory=list)
@@ -212,25 +212,25 @@ def container_edits(
     return Edits(envs=envs, mounts=[region, limits])
 
 
-def delivery(
+def container_handover(
     handover: Handover,
     grants: Sequence[GpuGrant],
     pod_uid: str,
     container: str,
     minors: Mapping[str, int],
-) -> Delivery:
+) -> ContainerHandover:
     """The answer for one container, in the handover's mode."""
     own = container_edits(handover, grants, pod_uid, container)
     extra = driver_cdi_devices(handover, grants)
     if handover.injection == "cdi":
         names = [cdispec.qualified_name(handover.cdi_kind, grant.uuid) for grant in grants]
-        return Delivery(own.envs, own.mounts, own.devices, [*names, *extra])
+        return ContainerHandover(own.envs, own.mounts, own.devices, [*names, *extra])
     gpus = Edits()
     for grant in grants:
         gpus = gpus + gpu_edits(handover, minors.get(grant.uuid, grant.index))
     # GPU nodes first, then what every container gets; the container's own edits win last.
     edits = gpus + shared_edits(handover) + own
-    return Delivery(edits.envs, edits.mounts, edits.devices, extra)
+    return ContainerHandover(edits.envs, edits.mounts, edits.devices, extra)
 
 
 def driver_cdi_devices(handover: Handover, grants: Sequence[GpuGrant]) -> list[str]:

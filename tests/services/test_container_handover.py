@@ -16,11 +16,11 @@ from vslice_node.agent.settings import NodeAgentSettings
 from vslice_node.handover import cdispec
 from vslice_node.handover.cdispec import DeviceNumbers
 from vslice_node.handover.container import (
-    Delivery,
+    ContainerHandover,
     Handover,
     Layout,
     cdi_spec,
-    delivery,
+    container_handover,
     environment,
     limits_text,
 )
@@ -68,8 +68,8 @@ def test_environment_names_each_visible_gpu_limit_by_its_position() -> None:
 
 def test_every_container_gets_its_own_region_path_and_host_directory() -> None:
     plan = handover(injection="mounts", driver=Driver())
-    one = delivery(plan, [grant()], "uid-1", "main", {"GPU-a": 4})
-    two = delivery(plan, [grant()], "uid-1", "sidecar", {"GPU-a": 4})
+    one = container_handover(plan, [grant()], "uid-1", "main", {"GPU-a": 4})
+    two = container_handover(plan, [grant()], "uid-1", "sidecar", {"GPU-a": 4})
     assert (
         one.envs["CUDA_DEVICE_MEMORY_SHARED_CACHE"] != two.envs["CUDA_DEVICE_MEMORY_SHARED_CACHE"]
     )
@@ -98,7 +98,7 @@ def test_the_limits_file_holds_exactly_what_the_shim_enforces() -> None:
 
 
 def test_the_limits_directory_is_mounted_read_only_apart_from_the_region() -> None:
-    answer = delivery(handover(), [grant()], "uid-1", "main", {})
+    answer = container_handover(handover(), [grant()], "uid-1", "main", {})
     mounts = {m.container_path: m for m in answer.mounts}
     assert mounts["/run/vslice-limits"] == LIMITS_MOUNT
     assert mounts["/run/vslice-limits"].read_only
@@ -112,7 +112,9 @@ def test_node_wide_shim_settings_reach_the_container_only_when_set() -> None:
     shim_env = settings.handover.shim_env
     assert shim_env == {"VSLICE_CONTEXT_OVERHEAD": "300m"}
     for mode in ("cdi", "mounts"):
-        answer = delivery(handover(injection=mode, shim_env=shim_env), [grant()], "u", "c", {})
+        answer = container_handover(
+            handover(injection=mode, shim_env=shim_env), [grant()], "u", "c", {}
+        )
         assert answer.envs["VSLICE_CONTEXT_OVERHEAD"] == "300m"
         assert "VSLICE_LOG_LEVEL" not in answer.envs
 
@@ -133,8 +135,10 @@ LIMITS_MOUNT = MountSpec("/run/vslice-limits", "/var/lib/vslice/limits/uid-1/mai
 
 
 def test_in_mounts_mode_the_response_carries_everything_including_the_driver() -> None:
-    answer = delivery(handover(injection="mounts"), [grant("GPU-b", 1)], "uid-1", "main", {})
-    assert answer == Delivery(
+    answer = container_handover(
+        handover(injection="mounts"), [grant("GPU-b", 1)], "uid-1", "main", {}
+    )
+    assert answer == ContainerHandover(
         envs={
             "FAKE_NVIDIA_GPUS": "2",
             "LD_LIBRARY_PATH": "/usr/local/nvidia/lib64",
@@ -161,7 +165,7 @@ def test_in_mounts_mode_the_response_carries_everything_including_the_driver() -
 
 def test_without_driver_settings_mounts_mode_answers_as_before_cdi() -> None:
     plan = handover(injection="mounts", driver=Driver())
-    answer = delivery(plan, [grant("GPU-b", 1)], "uid-1", "main", {"GPU-b": 3})
+    answer = container_handover(plan, [grant("GPU-b", 1)], "uid-1", "main", {"GPU-b": 3})
     assert answer.envs == LIMITS
     assert answer.mounts == [
         MountSpec(SHIM, SHIM, True),
@@ -180,8 +184,8 @@ def test_without_driver_settings_mounts_mode_answers_as_before_cdi() -> None:
 
 def test_in_cdi_mode_the_response_names_the_gpus_and_keeps_only_what_is_per_container() -> None:
     grants = [grant("GPU-b", 1), grant("GPU-a", 0)]
-    answer = delivery(handover(), grants, "uid-1", "main", {"GPU-a": 0, "GPU-b": 1})
-    assert answer == Delivery(
+    answer = container_handover(handover(), grants, "uid-1", "main", {"GPU-a": 0, "GPU-b": 1})
+    assert answer == ContainerHandover(
         envs={
             **LIMITS,
             "NVIDIA_VISIBLE_DEVICES": "GPU-b,GPU-a",
@@ -197,7 +201,7 @@ def test_in_cdi_mode_the_response_names_the_gpus_and_keeps_only_what_is_per_cont
 def test_driver_cdi_device_templates_add_a_name_per_granted_gpu_in_both_modes() -> None:
     templates = ("nvidia.com/gpu={uuid}", "example.com/gpu=card{index}")
     grants = [grant("GPU-b", 1), grant("GPU-a", 0)]
-    cdi = delivery(handover(driver_cdi_devices=templates), grants, "u", "c", {})
+    cdi = container_handover(handover(driver_cdi_devices=templates), grants, "u", "c", {})
     assert cdi.cdi_devices == [
         "vslice.io/gpu=GPU-b",
         "vslice.io/gpu=GPU-a",
@@ -207,7 +211,7 @@ def test_driver_cdi_device_templates_add_a_name_per_granted_gpu_in_both_modes() 
         "example.com/gpu=card0",
     ]
     plan = handover(injection="mounts", driver_cdi_devices=("nvidia.com/gpu={uuid}",))
-    mounts = delivery(plan, grants, "u", "c", {})
+    mounts = container_handover(plan, grants, "u", "c", {})
     assert mounts.cdi_devices == ["nvidia.com/gpu=GPU-b", "nvidia.com/gpu=GPU-a"]
 
 
@@ -304,7 +308,7 @@ def test_the_node_spec_has_one_device_per_gpu_and_the_shared_edits_once() -> Non
     }
 
 
-def _applied(spec: dict[str, Any], names: list[str], answer: Delivery) -> dict[str, Any]:
+def _applied(spec: dict[str, Any], names: list[str], answer: ContainerHandover) -> dict[str, Any]:
     """What a runtime ends up with: the response, then spec-level edits and each device's."""
     edits = [spec["containerEdits"]] + [
         d["containerEdits"] for d in spec["devices"] if f"{spec['kind']}={d['name']}" in names
@@ -330,9 +334,9 @@ def _applied(spec: dict[str, Any], names: list[str], answer: Delivery) -> dict[s
 def test_both_modes_give_a_container_exactly_the_same_edits(cores: list[int], memory: int) -> None:
     minors = {"GPU-a": 0, "GPU-b": 1, "GPU-c": 2}
     grants = [grant(uuid, minors[uuid], memory, c) for uuid, c in zip(minors, cores, strict=False)]
-    cdi = delivery(handover(), grants, "uid-1", "main", minors)
+    cdi = container_handover(handover(), grants, "uid-1", "main", minors)
     spec = cdi_spec(handover(), "n", minors, {})
-    mounts = delivery(handover(injection="mounts"), grants, "uid-1", "main", minors)
+    mounts = container_handover(handover(injection="mounts"), grants, "uid-1", "main", minors)
     assert _applied(spec, cdi.cdi_devices, cdi) == _applied(spec, [], mounts)
 
 
