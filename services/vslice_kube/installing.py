@@ -52,16 +52,18 @@ def _namespace(api_client: k8s.ApiClient, body: Mapping[str, Any]) -> None:
         drained(api.patch_namespace(name, {"metadata": {"labels": labels}}, _preload_content=False))
 
 
-def _namespaced(kind: str, create: str, read: str, replace: str) -> Applier:
+def _namespaced(kind: str, stem: str) -> Applier:
     def apply(api_client: k8s.ApiClient, body: Mapping[str, Any]) -> None:
         api: Any = k8s.CoreV1Api(api_client)
         namespace = str(body["metadata"]["namespace"])
         create_or_replace(
             kind,
             body,
-            lambda obj, **kw: getattr(api, create)(namespace, obj, **kw),
-            lambda name: getattr(api, read)(name, namespace),
-            lambda name, obj, **kw: getattr(api, replace)(name, namespace, obj, **kw),
+            lambda obj, **kw: getattr(api, f"create_namespaced_{stem}")(namespace, obj, **kw),
+            lambda name: getattr(api, f"read_namespaced_{stem}")(name, namespace),
+            lambda name, obj, **kw: getattr(api, f"replace_namespaced_{stem}")(
+                name, namespace, obj, **kw
+            ),
         )
 
     return apply
@@ -85,18 +87,8 @@ _ADMISSION = k8s.AdmissionregistrationV1Api
 _RBAC = k8s.RbacAuthorizationV1Api
 _APPLIERS: dict[str, Applier] = {
     "Namespace": _namespace,
-    "ServiceAccount": _namespaced(
-        "serviceaccount",
-        "create_namespaced_service_account",
-        "read_namespaced_service_account",
-        "replace_namespaced_service_account",
-    ),
-    "Secret": _namespaced(
-        "secret",
-        "create_namespaced_secret",
-        "read_namespaced_secret",
-        "replace_namespaced_secret",
-    ),
+    "ServiceAccount": _namespaced("serviceaccount", "service_account"),
+    "Secret": _namespaced("secret", "secret"),
     "ClusterRole": _cluster_scoped(_RBAC, "clusterrole", "cluster_role"),
     "ClusterRoleBinding": _cluster_scoped(_RBAC, "clusterrolebinding", "cluster_role_binding"),
     "ValidatingAdmissionPolicy": _cluster_scoped(
