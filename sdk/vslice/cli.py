@@ -10,6 +10,14 @@ outside the SDK package, and are named here only as strings.
 An unknown option is reported with the usage of the (sub)command it was given to, and a
 reader that closes the pipe early (``vslice top | head -3``) ends the command quietly with
 status 141, as a shell reports SIGPIPE.
+
+``kubectl vslice``: the console script ``kubectl-vslice`` (:func:`kubectl_main`) is the same
+command as a kubectl plugin, limited to the read-only views a kubectl user asks for
+(:data:`KUBECTL_COMMANDS`) and named ``kubectl vslice`` in its usage. kubectl runs the first
+``kubectl-<name>`` executable on PATH and hands it every argument after the plugin's name
+unchanged (it does not turn its own ``--kubeconfig``, ``--context`` or ``-n`` into anything),
+so the options go after the subcommand (``kubectl vslice why mypod -n team-a``), where each
+subcommand reads them, ``$KUBECONFIG`` as well.
 """
 
 from __future__ import annotations
@@ -18,7 +26,8 @@ import argparse
 import importlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Final
 
 # name -> (module, one-line help). Keep sorted by name.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -34,15 +43,25 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "vslice.commands.top",
         "per node and GPU: slots, memory and cores in use; the pods waiting for a slice",
     ),
+    "why": ("vslice.commands.why", "where one pod's GPU slice landed, or why it has none yet"),
 }
 
+KUBECTL_PROG: Final = "kubectl vslice"
+KUBECTL_COMMANDS: Final = ("allocations", "plan", "top", "why")
+"""What ``kubectl vslice`` runs: the views; the rest stays with ``vslice``."""
 
-def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
+
+def build_parser(
+    argv: Sequence[str],
+    *,
+    prog: str = "vslice",
+    commands: Mapping[str, tuple[str, str]] = COMMANDS,
+) -> argparse.ArgumentParser:
     """Build the parser; only the chosen subcommand's module is imported."""
-    parser = argparse.ArgumentParser(prog="vslice", description="Fractional GPU sharing.")
+    parser = argparse.ArgumentParser(prog=prog, description="Fractional GPU sharing.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     chosen = next((a for a in argv if not a.startswith("-")), None)
-    for name, (module, help_text) in COMMANDS.items():
+    for name, (module, help_text) in commands.items():
         sub_parser = sub.add_parser(name, help=help_text, description=help_text)
         if name == chosen:
             sub_parser.set_defaults(usage_parser=sub_parser)
@@ -50,10 +69,15 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     return parser
 
 
-def parse(argv: Sequence[str]) -> argparse.Namespace:
+def parse(
+    argv: Sequence[str],
+    *,
+    prog: str = "vslice",
+    commands: Mapping[str, tuple[str, str]] = COMMANDS,
+) -> argparse.Namespace:
     """The parsed arguments; an unknown option exits 2 with the usage of the innermost
     (sub)command that was chosen (a command's own subcommands set ``usage_parser`` too)."""
-    parser = build_parser(argv)
+    parser = build_parser(argv, prog=prog, commands=commands)
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         chosen: argparse.ArgumentParser = getattr(args, "usage_parser", parser)
@@ -62,7 +86,30 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse(list(sys.argv[1:] if argv is None else argv))
+    return _run(parse(list(sys.argv[1:] if argv is None else argv)))
+
+
+def kubectl_main(argv: Sequence[str] | None = None) -> int:
+    """``kubectl vslice COMMAND ...`` (the ``kubectl-vslice`` executable kubectl finds on
+    PATH): the commands of :data:`KUBECTL_COMMANDS`, run exactly as ``vslice`` runs them. Any
+    other command, or an option before the command, exits 2 with the usage and what works."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    commands = {name: COMMANDS[name] for name in KUBECTL_COMMANDS}
+    first = args[0] if args else None
+    if first is not None and first not in commands and first not in ("-h", "--help"):
+        parser = build_parser([], prog=KUBECTL_PROG, commands=commands)
+        known = ", ".join(KUBECTL_COMMANDS)
+        if first.startswith("-"):
+            parser.error(
+                f"options go after the command, got {first!r} first; e.g. "
+                f"`{KUBECTL_PROG} why POD -n NAMESPACE --kubeconfig FILE` (commands: {known})"
+            )
+        elsewhere = f"; `vslice {first}` runs it" if first in COMMANDS else ""
+        parser.error(f"{first!r} is not a {KUBECTL_PROG} command; choose one of {known}{elsewhere}")
+    return _run(parse(args, prog=KUBECTL_PROG, commands=commands))
+
+
+def _run(args: argparse.Namespace) -> int:
     module, _ = COMMANDS[args.command]
     try:
         status: int = importlib.import_module(module).run(args)

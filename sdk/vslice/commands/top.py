@@ -16,10 +16,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from vslice_core.model import Decision, PodRequest
-from vslice_core.whynot import describe_request, explain
-
 from vslice.commands.options import EXIT_OK, add_connection_arguments, connect, fail
+from vslice.commands.waiting import asks, why_waiting
 from vslice.errors import InvalidRequest, VsliceError
 from vslice.snapshot import ClusterSnapshot
 from vslice.tables import GpuRow, GpuTable
@@ -27,8 +25,6 @@ from vslice.views import by_node, gib, gpu_state, percent, text_table
 
 DEFAULT_WATCH_S = 2.0
 CLEAR_SCREEN = "\x1b[H\x1b[2J"
-DRA_MARK = " (DRA claim)"
-"""After what a pending pod asks, when it asks through a ResourceClaim."""
 HEADERS = ["NODE", "ADDRESS", "GPU", "MODEL", "STATE", "SLOTS", "MEMORY(GiB)", "CORES(%)", "PODS"]
 
 
@@ -69,17 +65,13 @@ class PendingLine:
     why: str
 
 
-def why_not(decision: Decision, request: PodRequest) -> str:
-    """The one-line cause, with numbers, of a decision (the engine's own wording)."""
-    return explain(decision, request).one_line()
-
-
 def pending_lines(snapshot: ClusterSnapshot) -> list[PendingLine]:
+    """One line per waiting pod, worded as ``vslice why`` words it (:mod:`.waiting`)."""
     return [
         PendingLine(
             pod=pending.holder,
-            asks=describe_request(pending.request) + (DRA_MARK if pending.path == "dra" else ""),
-            why=why_not(snapshot.decide(pending.request, pending.path), pending.request),
+            asks=asks(pending),
+            why=why_waiting(snapshot, pending).one_line(),
         )
         for pending in snapshot.pending
     ]
