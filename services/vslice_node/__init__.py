@@ -11,6 +11,7 @@
   ResourceSlice publisher
 - ``monitor``     ``vslice serve monitor``: per-container use read from the shim's regions
 - ``nodeapi``     the node's narrow view of the API server (its pods, its node object)
+- ``metrics``     what the node's Prometheus endpoints share: the ``node`` label, buckets
 
 The front doors never import each other; both build on ``handover`` and ``gpus``.
 """

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from vslice_node.monitor import regions
-from vslice_node.monitor.collector import Utilization
+from vslice_node.monitor.collector import Idleness, Utilization
 from vslice_node.monitor.main import metrics_service, no_names
+from vslice_node.monitor.podnames import PodView
 from vslice_node.monitor.settings import MonitorSettings
 from vslice_serving.httpserve import HttpService
 from vslice_shim import abi, open_region
@@ -24,6 +25,7 @@ from vslice_shim.region import DeviceLimit, create_region
 GPU_A = "GPU-6c7f0d8e-0000-4000-8000-00000000000a"
 GPU_B = "GPU-6c7f0d8e-0000-4000-8000-00000000000b"
 MIB = 1024 * 1024
+NODE = "node-1"
 
 
 def write_usage(path: Path, pid: int, used: dict[int, int], busy_ns: int = 0) -> None:
@@ -61,23 +63,33 @@ def cache_root(tmp_path: Path) -> Path:
 @pytest.fixture
 def monitor(cache_root: Path) -> Iterator[HttpService]:
     settings = MonitorSettings(
-        listen="127.0.0.1:0", backend="static", cache_root=str(cache_root), pod_names=False
+        listen="127.0.0.1:0",
+        node_name=NODE,
+        backend="static",
+        cache_root=str(cache_root),
+        pod_names=False,
     )
-    http, _ = metrics_service(settings, lambda _uids: {"uid-1": ("team-a", "train")})
+    http, _ = metrics_service(settings, lambda _uids: PodView({"uid-1": ("team-a", "train")}))
     http.start()
     yield http
     http.stop()
 
 
-def scrape(http: HttpService) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+Scraped = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def scrape(http: HttpService) -> Scraped:
+    """Every sample by name and labels, the ``node`` label checked on each and left out."""
     with urllib.request.urlopen(f"http://127.0.0.1:{http.port}/metrics", timeout=5) as answer:
         assert answer.status == 200
         assert answer.headers["Content-Type"].startswith("text/plain")
         text = answer.read().decode()
+    samples = [s for family in text_string_to_metric_families(text) for s in family.samples]
+    assert samples
+    assert {s.labels.get("node") for s in samples} == {NODE}, "every series names the node"
     return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
+        (s.name, tuple(sorted((k, v) for k, v in s.labels.items() if k != "node"))): s.value
+        for s in samples
     }
 
 
@@ -94,6 +106,10 @@ def labels(uid: str, container: str, gpu: str, index: int, ns: str = "", pod: st
             }.items()
         )
     )
+
+
+def names(metrics: Scraped) -> set[str]:
+    return {name for name, _ in metrics}
 
 
 def test_metrics_show_each_containers_memory_used_against_its_limit(
@@ -120,10 +136,13 @@ def test_metrics_show_each_containers_memory_used_against_its_limit(
     assert metrics[("vslice_container_gpu_memory_limit_bytes", a)] == 3000 * MIB
     assert metrics[("vslice_container_gpu_memory_used_bytes", b)] == 10 * MIB
     assert metrics[("vslice_container_gpu_memory_used_bytes", side)] == 64 * MIB
-    assert metrics[("vslice_container_gpu_sm_limit_percent", a)] == 50
-    assert ("vslice_container_gpu_sm_limit_percent", b) not in metrics  # 0 = no compute limit
+    assert metrics[("vslice_container_gpu_sm_limit_ratio", a)] == 0.5
+    assert ("vslice_container_gpu_sm_limit_ratio", b) not in metrics  # 0 = no compute limit
     assert metrics[("vslice_container_gpu_busy_seconds_total", a)] == 2.5
     assert metrics[("vslice_container_gpu_launches_total", a)] == 6
+    assert metrics[("vslice_container_gpu_idle_seconds", a)] == 0  # first seen just now
+    assert not {n for n in names(metrics) if n.endswith("_created") or "percent" in n}
+    assert not {n for n in names(metrics) if not n.startswith("vslice_")}  # no HAMi names
     owner = tuple(
         sorted(
             {"namespace": "team-a", "pod": "train", "pod_uid": "uid-1", "container": "main"}.items()
@@ -156,7 +175,11 @@ def test_a_foreign_or_short_region_file_is_counted_and_logged_once_not_fatal(
 
 def test_an_empty_node_exports_no_container_series() -> None:
     settings = MonitorSettings(
-        listen="127.0.0.1:0", backend="static", cache_root="/nonexistent/vslice", pod_names=False
+        listen="127.0.0.1:0",
+        node_name=NODE,
+        backend="static",
+        cache_root="/nonexistent/vslice",
+        pod_names=False,
     )
     http, _ = metrics_service(settings, no_names)
     http.start()
@@ -174,13 +197,29 @@ def test_utilization_is_busy_time_per_wall_time_between_samples() -> None:
     key = ("uid", "main", 0)
     assert utilization.observe(key, 0) is None
     now[0] += 2.0
-    assert utilization.observe(key, 1_000_000_000) == pytest.approx(50.0)
+    assert utilization.observe(key, 1_000_000_000) == pytest.approx(0.5)
     now[0] += 0.5  # too soon for a new sample: the last value stands
-    assert utilization.observe(key, 1_900_000_000) == pytest.approx(50.0)
+    assert utilization.observe(key, 1_900_000_000) == pytest.approx(0.5)
     now[0] += 0.5
-    assert utilization.observe(key, 1_900_000_000) == pytest.approx(90.0)
+    assert utilization.observe(key, 1_900_000_000) == pytest.approx(0.9)
     now[0] += 1.0
     assert utilization.observe(key, 5) is None  # counter went back: the region was recreated
+
+
+def test_idle_seconds_count_from_the_last_change_of_the_launch_count() -> None:
+    now = [100.0]
+    idleness = Idleness(clock=lambda: now[0])
+    key = ("uid", "main", 0)
+    assert idleness.observe(key, 0) == 0  # first seen, never launched: counts from here
+    now[0] += 30.0
+    assert idleness.observe(key, 0) == 30.0
+    now[0] += 5.0
+    assert idleness.observe(key, 4) == 0  # launched since the last look
+    now[0] += 12.5
+    assert idleness.observe(key, 4) == 12.5
+    idleness.forget_except(set())
+    now[0] += 100.0
+    assert idleness.observe(key, 4) == 0  # a region seen anew starts over
 
 
 class _CountingApi:
@@ -198,16 +237,16 @@ def test_a_pod_newer_than_the_last_refresh_is_named_at_once_but_not_asked_for_tw
 
     api = _CountingApi()
     now = [100.0]
-    names = PodNames(api, "node-1", every_s=3600, clock=lambda: now[0])  # type: ignore[arg-type]
-    names.refresh()
+    pods = PodNames(api, "node-1", every_s=3600, clock=lambda: now[0])  # type: ignore[arg-type]
+    pods.refresh()
     api.pods = [{"metadata": {"uid": "new", "namespace": "team-a", "name": "fresh"}}]
     now[0] += 1.5
-    assert names({"new"}) == {"new": ("team-a", "fresh")}
+    assert pods({"new"}).names == {"new": ("team-a", "fresh")}
     assert api.calls == 2
     now[0] += 0.5
-    assert names({"new", "gone"})["new"] == ("team-a", "fresh")
+    assert pods({"new", "gone"}).names["new"] == ("team-a", "fresh")
     assert api.calls == 2  # an unknown uid asks again at most once a second
-    assert names({"new"}) and api.calls == 2  # a known one never asks
+    assert pods({"new"}).names and api.calls == 2  # a known one never asks
 
 
 class _Listing:
@@ -265,3 +304,171 @@ def test_a_region_file_removed_between_listing_and_reading_is_skipped(
     metrics = scrape(monitor)
     assert metrics[("vslice_monitor_regions", ())] == 1
     assert metrics[("vslice_monitor_unreadable_regions", ())] == 0
+
+
+# -- regions of pods that ended ------------------------------------------------------------
+
+
+def pod(uid: str, name: str, phase: str = "Running") -> dict[str, object]:
+    return {
+        "metadata": {"uid": uid, "namespace": "team-a", "name": name},
+        "spec": {"nodeName": NODE},
+        "status": {"phase": phase},
+    }
+
+
+def pod_uids(metrics: Scraped, name: str = "vslice_container_gpu_memory_used_bytes") -> set[str]:
+    return {dict(labels)["pod_uid"] for metric, labels in metrics if metric == name}
+
+
+def test_regions_of_finished_or_deleted_pods_are_not_exported_unless_the_api_is_unreachable(
+    cache_root: Path,
+) -> None:
+    from memory_nodeapi import MemoryNodeApi
+    from vslice_node.monitor.podnames import PodNames
+
+    api = MemoryNodeApi()
+    api.put_pod(pod("uid-1", "train"))
+    api.put_pod(pod("uid-2", "done", phase="Succeeded"))
+    api.put_pod(pod("uid-5", "crashed", phase="Failed"))
+    for uid in ("uid-1", "uid-2", "uid-3", "uid-5"):  # uid-3: its pod was deleted
+        write_usage(
+            region_at(cache_root, uid, "main", DeviceLimit(GPU_A, 512 * MIB, 20)), 7, {0: MIB}
+        )
+    now = [100.0]
+    pods = PodNames(api, NODE, every_s=3600, clock=lambda: now[0])
+    settings = MonitorSettings(
+        listen="127.0.0.1:0", node_name=NODE, backend="static", cache_root=str(cache_root)
+    )
+    http, _ = metrics_service(settings, pods)
+    http.start()
+    try:
+        metrics = scrape(http)
+        assert pod_uids(metrics) == {"uid-1"}
+        assert pod_uids(metrics, "vslice_container_processes") == {"uid-1"}
+        assert pod_uids(metrics, "vslice_container_gpu_idle_seconds") == {"uid-1"}
+        assert metrics[("vslice_monitor_regions", ())] == 4  # read, not exported
+
+        # A region first seen after the last list: its pod is newer than the list, not gone.
+        api.put_pod(pod("uid-4", "fresh"))
+        region_at(cache_root, "uid-4", "main", DeviceLimit(GPU_A, 512 * MIB, 20))
+        now[0] += 0.5  # too soon to list again
+        assert pod_uids(scrape(http)) == {"uid-1", "uid-4"}
+        now[0] += 1.0
+        metrics = scrape(http)
+        assert pod_uids(metrics) == {"uid-1", "uid-4"}
+        assert (
+            "vslice_container_gpu_memory_used_bytes",
+            labels("uid-4", "main", GPU_A, 0, "team-a", "fresh"),
+        ) in metrics
+
+        # The API server cannot say which pods ended: everything is exported, as before.
+        api.reachable = False
+        now[0] += 2.0
+        assert pod_uids(scrape(http)) == {"uid-1", "uid-2", "uid-3", "uid-4", "uid-5"}
+
+        api.reachable = True
+        api.delete_pod("team-a", "train")
+        now[0] += 2.0
+        assert pod_uids(scrape(http)) == {"uid-4"}
+    finally:
+        http.stop()
+
+
+# -- HAMi's names --------------------------------------------------------------------------
+
+
+def test_hami_metrics_add_hamis_container_series_beside_vslices_own(cache_root: Path) -> None:
+    path = region_at(cache_root, "uid-1", "main", DeviceLimit(GPU_A, 3000 * MIB, 50))
+    write_usage(path, pid=41, used={0: 700 * MIB})
+    region_at(cache_root, "uid-2", "side", DeviceLimit(GPU_B, 0, 0))  # no limits, no launches
+    settings = MonitorSettings(
+        listen="127.0.0.1:0",
+        node_name=NODE,
+        backend="static",
+        cache_root=str(cache_root),
+        pod_names=False,
+        hami_metrics=True,
+    )
+    http, _ = metrics_service(settings, lambda _uids: PodView({"uid-1": ("team-a", "train")}))
+    http.start()
+    try:
+        metrics = scrape(http)
+    finally:
+        http.stop()
+    hami = tuple(
+        sorted(
+            {
+                "podnamespace": "team-a",
+                "podname": "train",
+                "ctrname": "main",
+                "vdeviceid": "0",
+                "deviceuuid": GPU_A,
+                "zone": "vGPU",
+            }.items()
+        )
+    )
+    assert metrics[("vGPU_device_memory_usage_in_bytes", hami)] == 700 * MIB
+    assert metrics[("vGPU_device_memory_limit_in_bytes", hami)] == 3000 * MIB
+    assert metrics[("Device_last_kernel_of_container", hami)] == 0  # launched, seen just now
+    side = {dict(labels)["ctrname"] for name, labels in metrics if name.startswith("vGPU_")}
+    assert side == {"main", "side"}
+    assert {
+        dict(labels)["ctrname"]
+        for name, labels in metrics
+        if name in ("vGPU_device_memory_limit_in_bytes", "Device_last_kernel_of_container")
+    } == {"main"}  # HAMi exports no limit without one, no last kernel before the first
+    # vslice's own series stay as they are.
+    assert (
+        metrics[
+            (
+                "vslice_container_gpu_memory_used_bytes",
+                labels("uid-1", "main", GPU_A, 0, "team-a", "train"),
+            )
+        ]
+        == 700 * MIB
+    )
+
+
+def test_hami_utilization_is_a_percentage_and_last_kernel_the_idle_seconds(
+    cache_root: Path,
+) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+    from vslice_node.monitor.collector import ContainerCollector
+    from vslice_node.monitor.regions import RegionReader
+
+    path = region_at(cache_root, "uid-1", "main", DeviceLimit(GPU_A, 3000 * MIB, 50))
+    write_usage(path, pid=41, used={0: MIB})
+    now = [100.0]
+    registry = CollectorRegistry()
+    registry.register(
+        ContainerCollector(
+            RegionReader(cache_root),
+            utilization=Utilization(clock=lambda: now[0]),
+            idleness=Idleness(clock=lambda: now[0]),
+            hami=True,
+        )
+    )
+
+    def values(name: str) -> list[float]:
+        text = generate_latest(registry).decode()
+        return [
+            s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+            if s.name == name
+        ]
+
+    assert values("Device_utilization_desc_of_container") == []  # one sample is no rate
+    now[0] += 4.0
+    write_usage(path, pid=42, used={0: MIB}, busy_ns=1_000_000_000)  # 1 s busy in 4 s
+    text = generate_latest(registry).decode()
+    found = {
+        s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples
+    }
+    assert found["Device_utilization_desc_of_container"] == pytest.approx(25.0)
+    assert found["vslice_container_gpu_sm_utilization_ratio"] == pytest.approx(0.25)
+    assert found["Device_last_kernel_of_container"] == 0  # the count moved
+    now[0] += 90.0
+    assert values("Device_last_kernel_of_container") == [90.0]
+    assert values("vslice_container_gpu_idle_seconds") == [90.0]

@@ -26,6 +26,7 @@ from vslice_node.handover.container import (
     limits_text,
 )
 from vslice_node.monitor.main import metrics_service
+from vslice_node.monitor.podnames import PodView
 from vslice_node.monitor.settings import MonitorSettings
 
 SHIM = ROOT / "shim" / "build" / "libvslice.so"
@@ -88,7 +89,7 @@ def test_memory_and_compute_recorded_by_the_shim_reach_the_metrics(
     settings = MonitorSettings(
         listen="127.0.0.1:0", backend="static", cache_root=str(root), pod_names=False
     )
-    http, _ = metrics_service(settings, lambda _uids: {"uid-1": ("team-a", "train")})
+    http, _ = metrics_service(settings, lambda _uids: PodView({"uid-1": ("team-a", "train")}))
     http.start()
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{http.port}/metrics", timeout=5) as r:
@@ -106,7 +107,7 @@ def test_memory_and_compute_recorded_by_the_shim_reach_the_metrics(
     assert used.labels["pod"] == "train"
     assert used.value >= 320 * MIB
     assert samples["vslice_container_gpu_memory_limit_bytes"].value == 1024 * MIB
-    assert samples["vslice_container_gpu_sm_limit_percent"].value == 40
+    assert samples["vslice_container_gpu_sm_limit_ratio"].value == 0.4
     assert samples["vslice_container_gpu_launches_total"].value > 0
     assert samples["vslice_container_gpu_busy_seconds_total"].value > 0
     assert samples["vslice_container_processes"].value == 1

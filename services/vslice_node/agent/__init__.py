@@ -6,5 +6,6 @@ the DRA driver, over the same GPUs and the same handover.
   from before the groups, still accepted
 - ``nodeagent``  everything assembled: backend, device board, handover, both front doors
 - ``dranode``    the DRA front door's sockets, checkpoint and publisher, as the agent runs it
+- ``metrics``    /metrics: the registration and GPU gauges beside the front doors' counters
 - ``main``       the ``serve()`` entry point behind ``vslice serve device-plugin``
 """

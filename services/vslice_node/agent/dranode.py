@@ -10,10 +10,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import CollectorRegistry
 from vslice_core.dra import DRIVER
 from vslice_core.model import NodeInventory
 
 from vslice_node.agent.groups import DraDriverSettings
+from vslice_node.dra.metrics import DraMetrics
 from vslice_node.dra.prepare import ClaimPreparer
 from vslice_node.dra.publisher import SlicePublisher
 from vslice_node.dra.server import DRA_SOCKET_NAME, DRAPluginServer
@@ -70,6 +72,7 @@ class DraNode:
         cdi_spec_dir: Path,
         inventory: Callable[[], NodeInventory],
         handover: Handover,
+        metrics_registry: CollectorRegistry | None = None,
     ) -> None:
         api = LazyDraApi(kubeconfig or None)
         self.checkpoint = Checkpoint(driver_dir(settings) / "checkpoint.json")
@@ -88,6 +91,7 @@ class DraNode:
             driver_name=DRIVER,
             registry_dir=Path(settings.kubelet_plugins_registry),
             dra_socket=socket,
+            metrics=DraMetrics(metrics_registry),
         )
 
     def start(self) -> None:

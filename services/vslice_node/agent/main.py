@@ -3,7 +3,8 @@
 HTTP: ``GET /healthz`` answers 200 while the plugin's own gRPC server is up (with or without a
 kubelet: a node being set up has none yet), 503 otherwise; ``GET /status`` tells the kubelet
 link's state ("waiting for kubelet", "registered", ...), device counts and whether the node
-annotation is current.
+annotation is current; ``GET /metrics`` serves the agent's Prometheus metrics
+(:mod:`vslice_node.agent.metrics`), open like /healthz.
 """
 
 from __future__ import annotations
@@ -51,7 +52,15 @@ def http_service(settings: NodeAgentSettings, plugin: NodeAgent) -> HttpService:
     def status(_: bytes) -> Response:
         return Response.json(plugin.status())
 
-    routes = {("GET", "/healthz"): healthz, ("GET", "/status"): status}
+    def metrics(_: bytes) -> Response:
+        body, content_type = plugin.metrics.exposition()
+        return Response(200, body, content_type)
+
+    routes = {
+        ("GET", "/healthz"): healthz,
+        ("GET", "/status"): status,
+        ("GET", "/metrics"): metrics,
+    }
     return HttpService(settings.listen_address, routes)
 
 

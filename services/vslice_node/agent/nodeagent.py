@@ -23,12 +23,14 @@ from vslice_core.model import NodeInventory
 
 from vslice_node.agent.dranode import DraNode
 from vslice_node.agent.groups import CdiSettings, DriverSettings, HandoverSettings
+from vslice_node.agent.metrics import DEVICE_PLUGIN, DRA, FrontDoorCollector, PathState
 from vslice_node.agent.settings import NodeAgentSettings
 from vslice_node.deviceplugin.allocator import Allocator
 from vslice_node.deviceplugin.api import deviceplugin_pb2_grpc as pb_grpc
 from vslice_node.deviceplugin.board import DeviceBoard
 from vslice_node.deviceplugin.devices import virtual_devices
 from vslice_node.deviceplugin.endpoint import PluginEndpoint
+from vslice_node.deviceplugin.metrics import AllocationMetrics
 from vslice_node.deviceplugin.podresources import PodResourcesClient
 from vslice_node.deviceplugin.proofs import ProofCheck
 from vslice_node.deviceplugin.servicer import DevicePluginServicer
@@ -47,6 +49,7 @@ from vslice_node.handover.driver import Driver
 from vslice_node.handover.edits import Edits, MountSpec
 from vslice_node.handover.hostfiles import HostFiles, device_numbers
 from vslice_node.handover.specfile import SpecFile
+from vslice_node.metrics import NodeMetrics
 from vslice_node.nodeapi import NodeApi
 
 log = logging.getLogger("vslice.deviceplugin")
@@ -84,6 +87,7 @@ class NodeAgent:
         self.settings = settings
         self.backend = backend
         plugin, dra = settings.device_plugin, settings.dra_driver
+        self.metrics = NodeMetrics(settings.node_name)
         self.board = DeviceBoard(virtual_devices(self.extender_inventory().gpus))
         self.handover = handover_of(settings.handover, settings.driver, settings.cdi)
         self.layout = self.handover.layout
@@ -133,6 +137,7 @@ class NodeAgent:
                 cdi_spec_dir=Path(settings.cdi.spec_dir),
                 inventory=self.dra_inventory,
                 handover=self.handover,
+                metrics_registry=self.metrics.registry,
             )
             if dra.enabled
             else None
@@ -141,7 +146,9 @@ class NodeAgent:
             # Region and limits directories of prepared claims are named by claim UID: they
             # go when the kubelet unprepares the claim, not when no pod has that UID.
             self.sweeper.keep = self.limits_sweeper.keep = self.dra.checkpoint.uids
-        self.servicer = DevicePluginServicer(self.board, self.allocator)
+        self.servicer = DevicePluginServicer(
+            self.board, self.allocator, AllocationMetrics(self.metrics.registry)
+        )
         self.endpoint = PluginEndpoint(
             Path(plugin.dir),
             plugin.socket_name,
@@ -149,8 +156,24 @@ class NodeAgent:
             self._add_servicer,
             poll_s=plugin.kubelet_poll_seconds,
         )
+        self.metrics.registry.register(FrontDoorCollector(self._paths()))
         self._stop = threading.Event()
         self._refresher = threading.Thread(target=self._refresh_loop, name="refresh", daemon=True)
+
+    def _paths(self) -> dict[str, PathState]:
+        """The front doors this node serves, for the registration and GPU gauges."""
+        paths = {
+            DEVICE_PLUGIN: PathState(
+                lambda: self.endpoint.status.is_registered,
+                lambda: len(self.extender_inventory().gpus),
+            )
+        }
+        dra = self.dra
+        if dra is not None:
+            paths[DRA] = PathState(
+                lambda: dra.server.registered, lambda: len(self.dra_inventory().gpus)
+            )
+        return paths
 
     @property
     def dra_gpus(self) -> list[int] | None:

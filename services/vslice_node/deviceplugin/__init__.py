@@ -10,4 +10,5 @@
   the files it writes come from :mod:`vslice_node.handover`
 - ``servicer``     the DevicePlugin gRPC service; ``api/`` its .proto and generated stubs
 - ``registration``, ``endpoint``  serving the socket, registering, kubelet restarts
+- ``metrics``      Allocate's counter and latency histogram (served by the node agent)
 """

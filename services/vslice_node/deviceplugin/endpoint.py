@@ -58,6 +58,12 @@ class EndpointStatus:
             self.registrations += 1
             self.last_registered_at = time.time()
 
+    @property
+    def is_registered(self) -> bool:
+        """Whether the last Register call succeeded and no restart has been noticed since."""
+        with self._lock:
+            return self.state == "registered"
+
     def as_dict(self) -> dict[str, object]:
         with self._lock:
             return {

@@ -5,22 +5,26 @@ Errors reach the kubelet as gRPC status codes with a message naming the problem 
 message in the pod's events): unknown device IDs are INVALID_ARGUMENT, no matching pending
 allocation is FAILED_PRECONDITION, an unreachable API server is UNAVAILABLE. Nothing raised by
 a handler stops the server.
+
+Every container Allocate answers is counted and timed (:mod:`vslice_node.deviceplugin.metrics`).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from typing import NoReturn
 
 import grpc
 from vslice_core.errors import ClusterError, InvalidRequest
 
-from vslice_node.deviceplugin.allocator import Allocator, NoPendingAllocation
+from vslice_node.deviceplugin.allocator import AllocationRefused, Allocator, NoPendingAllocation
 from vslice_node.deviceplugin.api import deviceplugin_pb2 as pb
 from vslice_node.deviceplugin.api import deviceplugin_pb2_grpc as pb_grpc
 from vslice_node.deviceplugin.board import DeviceBoard
 from vslice_node.deviceplugin.devices import VirtualDevice
+from vslice_node.deviceplugin.metrics import AllocationMetrics, AllocationResult
 from vslice_node.handover.container import ContainerHandover
 
 log = logging.getLogger("vslice.deviceplugin.grpc")
@@ -54,10 +58,29 @@ def container_response(found: ContainerHandover) -> pb.ContainerAllocateResponse
     )
 
 
+def allocate_failure(exc: Exception) -> tuple[grpc.StatusCode, AllocationResult, str]:
+    """The status code, the counted result and the message of a failed Allocate."""
+    if isinstance(exc, InvalidRequest):
+        return grpc.StatusCode.INVALID_ARGUMENT, "error", str(exc)
+    if isinstance(exc, AllocationRefused):  # before its base class: a refusal is no miss
+        return grpc.StatusCode.FAILED_PRECONDITION, "refused", str(exc)
+    if isinstance(exc, NoPendingAllocation):
+        return grpc.StatusCode.FAILED_PRECONDITION, "no_pending", str(exc)
+    if isinstance(exc, ClusterError):
+        return grpc.StatusCode.UNAVAILABLE, "error", str(exc)
+    return grpc.StatusCode.INTERNAL, "error", f"cannot prepare the node: {exc}"
+
+
 class DevicePluginServicer(pb_grpc.DevicePluginServicer):
-    def __init__(self, board: DeviceBoard, allocator: Allocator) -> None:
+    def __init__(
+        self,
+        board: DeviceBoard,
+        allocator: Allocator,
+        metrics: AllocationMetrics | None = None,
+    ) -> None:
         self.board = board
         self.allocator = allocator
+        self.metrics = metrics if metrics is not None else AllocationMetrics()
 
     def GetDevicePluginOptions(
         self, request: pb.Empty, context: grpc.ServicerContext
@@ -103,19 +126,28 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
     ) -> pb.AllocateResponse:
         responses = []
         for item in request.container_requests:
-            device_ids = list(item.devices_ids)
-            try:
-                found = self.allocator.allocate(device_ids)
-            except InvalidRequest as exc:
-                self._fail(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-            except NoPendingAllocation as exc:
-                self._fail(context, grpc.StatusCode.FAILED_PRECONDITION, str(exc))
-            except ClusterError as exc:
-                self._fail(context, grpc.StatusCode.UNAVAILABLE, str(exc))
-            except OSError as exc:
-                self._fail(context, grpc.StatusCode.INTERNAL, f"cannot prepare the node: {exc}")
-            responses.append(container_response(found))
+            responses.append(container_response(self._allocate(list(item.devices_ids), context)))
         return pb.AllocateResponse(container_responses=responses)
+
+    def _allocate(self, device_ids: list[str], context: grpc.ServicerContext) -> ContainerHandover:
+        """One container's handover, counted and timed; a failure aborts the call."""
+        started = time.monotonic()
+        try:
+            found = self.allocator.allocate(device_ids)
+        except (InvalidRequest, NoPendingAllocation, ClusterError, OSError) as exc:
+            code, result, message = allocate_failure(exc)
+            self._count(result, started)
+            self._fail(context, code, message)
+        except Exception:
+            # gRPC answers UNKNOWN and logs it; the metric must still see the failure.
+            self._count("error", started)
+            raise
+        self._count("allocated", started)
+        return found
+
+    def _count(self, result: AllocationResult, started: float) -> None:
+        self.metrics.allocate_seconds.observe(time.monotonic() - started)
+        self.metrics.counted(result)
 
     def PreStartContainer(
         self, request: pb.PreStartContainerRequest, context: grpc.ServicerContext

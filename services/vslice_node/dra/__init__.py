@@ -7,6 +7,7 @@ Modules, by concept:
 - ``servicer``: the kubelet's DRAPlugin v1 service, translating its messages to those types;
 - ``registration``: the plugin-watcher Registration service (who we are, the kubelet's verdict);
 - ``server``: both services on their unix sockets, started and stopped together;
+- ``metrics``: the prepare/unprepare counters and the prepare latency (served by the agent);
 - ``api``: the protocol definitions, ``dra.proto`` (package ``k8s.io.kubelet.pkg.apis.dra.v1``)
   and ``pluginregistration.proto`` (package ``pluginregistration``), written from the
   documented messages, and the Python code generated from them (committed). After editing a

@@ -31,6 +31,7 @@ import grpc
 
 from vslice_node.dra.api import dra_pb2_grpc, pluginregistration_pb2_grpc
 from vslice_node.dra.claims import ClaimPreparer
+from vslice_node.dra.metrics import DraMetrics
 from vslice_node.dra.registration import (
     DRIVER_NAME,
     SUPPORTED_VERSIONS,
@@ -86,6 +87,7 @@ class DRAPluginServer:
         dra_socket: Path | None = None,
         supported_versions: tuple[str, ...] = SUPPORTED_VERSIONS,
         max_workers: int = 8,
+        metrics: DraMetrics | None = None,
     ) -> None:
         self.driver_name = driver_name
         self.registration_socket = registration_socket_path(registry_dir, driver_name)
@@ -100,7 +102,7 @@ class DRAPluginServer:
             supported_versions=supported_versions,
             state=self.state,
         )
-        self.dra = DRAPluginServicer(preparer)
+        self.dra = DRAPluginServicer(preparer, metrics)
         self.max_workers = max_workers
         self._dra_server: grpc.Server | None = None
         self._registration_server: grpc.Server | None = None

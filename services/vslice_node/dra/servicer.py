@@ -18,11 +18,16 @@ Every ``error`` names its claim as ``namespace/name`` (added unless the message 
 because the kubelet's event names only the claim and a node log line must stand on its own.
 UIDs the preparer answers for but that were not asked about are dropped: the kubelet rejects a
 whole response that contains one.
+
+Every claim asked about is counted by its answer, and every NodePrepareResources call timed
+(:mod:`vslice_node.dra.metrics`); a call that fails as a whole counts each of its claims as an
+error.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import NoReturn, TypeVar
 
@@ -38,6 +43,7 @@ from vslice_node.dra.claims import (
     Prepared,
     PreparedDevice,
 )
+from vslice_node.dra.metrics import DraMetrics
 
 log = logging.getLogger("vslice.draplugin.grpc")
 
@@ -158,10 +164,28 @@ def ask_one_by_one(
 class DRAPluginServicer(pb_grpc.DRAPluginServicer):
     """``k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin`` on top of a :class:`ClaimPreparer`."""
 
-    def __init__(self, preparer: ClaimPreparer) -> None:
+    def __init__(self, preparer: ClaimPreparer, metrics: DraMetrics | None = None) -> None:
         self.preparer = preparer
+        self.metrics = metrics if metrics is not None else DraMetrics()
 
     def NodePrepareResources(
+        self, request: pb.NodePrepareResourcesRequest, context: grpc.ServicerContext
+    ) -> pb.NodePrepareResourcesResponse:
+        started = time.monotonic()
+        try:
+            response = self._prepare(request, context)
+        except Exception:
+            # Aborted (context.abort raises) or crashed: no claim of the call was prepared.
+            self.metrics.prepared("error", len(request.claims))
+            raise
+        finally:
+            self.metrics.prepare_seconds.observe(time.monotonic() - started)
+        failed = sum(1 for answer in response.claims.values() if answer.error)
+        self.metrics.prepared("error", failed)
+        self.metrics.prepared("prepared", len(response.claims) - failed)
+        return response
+
+    def _prepare(
         self, request: pb.NodePrepareResourcesRequest, context: grpc.ServicerContext
     ) -> pb.NodePrepareResourcesResponse:
         claims = self._claims(request.claims, "NodePrepareResources", context)
@@ -187,6 +211,19 @@ class DRAPluginServicer(pb_grpc.DRAPluginServicer):
         return response
 
     def NodeUnprepareResources(
+        self, request: pb.NodeUnprepareResourcesRequest, context: grpc.ServicerContext
+    ) -> pb.NodeUnprepareResourcesResponse:
+        try:
+            response = self._unprepare(request, context)
+        except Exception:
+            self.metrics.unprepared("error", len(request.claims))
+            raise
+        failed = sum(1 for answer in response.claims.values() if answer.error)
+        self.metrics.unprepared("error", failed)
+        self.metrics.unprepared("unprepared", len(response.claims) - failed)
+        return response
+
+    def _unprepare(
         self, request: pb.NodeUnprepareResourcesRequest, context: grpc.ServicerContext
     ) -> pb.NodeUnprepareResourcesResponse:
         claims = self._claims(request.claims, "NodeUnprepareResources", context)

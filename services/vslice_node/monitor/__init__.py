@@ -7,6 +7,7 @@ whole GPU's memory and utilization. See docs/monitor.md.
 
 - ``regions``    finding and reading the containers' regions; ``collector`` their metrics
 - ``nodegpus``   whole-GPU metrics from NVML
-- ``podnames``   pod uid -> namespace and name, from the API server and the DRA checkpoint
+- ``podnames``   pod uid -> namespace and name, and which pods ended, from the API server
+  and the DRA checkpoint
 - ``settings``, ``main``  ``vslice serve monitor``
 """

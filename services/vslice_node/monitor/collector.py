@@ -1,16 +1,34 @@
 """Prometheus metrics of the containers' GPU slices, computed when scraped.
 
-Per pod, container and GPU (labels ``namespace, pod, pod_uid, container, gpu, index``):
+Per pod, container and GPU (labels ``namespace, pod, pod_uid, container, gpu, index``; the
+monitor adds ``node`` to every series, see :mod:`vslice_node.metrics`):
 
 - ``vslice_container_gpu_memory_used_bytes`` / ``..._memory_limit_bytes`` (limit only when set)
-- ``vslice_container_gpu_sm_limit_percent`` (only when set)
-- ``vslice_container_gpu_sm_utilization_percent``: device busy time per wall time since the
-  previous sample at least ``MIN_SAMPLE_S`` old (the shim's limiter measures busy time)
+- ``vslice_container_gpu_sm_limit_ratio``: the compute slice, 0..1 (only when set)
+- ``vslice_container_gpu_sm_utilization_ratio``: device busy time per wall time since the
+  previous sample at least ``MIN_SAMPLE_S`` old, 0..1 (the shim's limiter measures busy time)
 - ``vslice_container_gpu_busy_seconds_total``, ``..._throttled_seconds_total``,
   ``..._launches_total``: the limiter's counters, for ``rate()``
+- ``vslice_container_gpu_idle_seconds``: seconds since this monitor last saw the launches
+  counter change (since it first saw the region when the counter never moved). The monitor
+  keeps no state across restarts: after one, idle time counts from the restart.
 
-Per container: ``vslice_container_processes``. Per node: ``vslice_monitor_regions`` and
-``vslice_monitor_unreadable_regions``.
+Per container: ``vslice_container_processes``. Per node: ``vslice_monitor_regions`` (region
+files read) and ``vslice_monitor_unreadable_regions``.
+
+Regions whose pods ended or are gone (:class:`vslice_node.monitor.podnames.PodView`) are read
+but not exported, and their samples are forgotten.
+
+The shim's region does not count refused allocations (only the shim's log does), so there is
+no refusals counter.
+
+With ``hami`` the collector adds, beside these, the per-container series HAMi's vGPU monitor
+exports and HAMi's dashboards query, with HAMi's names, labels and units (labels
+``podnamespace, podname, ctrname, vdeviceid, deviceuuid, zone="vGPU"``):
+``vGPU_device_memory_usage_in_bytes``, ``vGPU_device_memory_limit_in_bytes`` (bytes),
+``Device_utilization_desc_of_container`` (percent, 0..100) and
+``Device_last_kernel_of_container`` (seconds since the last launch; only once the container
+launched a kernel, as HAMi does).
 """
 
 from __future__ import annotations
@@ -23,10 +41,13 @@ from dataclasses import dataclass
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from vslice_node.monitor.podnames import PodLookup, PodView
 from vslice_node.monitor.regions import ContainerRegion, RegionReader
 
 LABELS = ["namespace", "pod", "pod_uid", "container", "gpu", "index"]
 CONTAINER_LABELS = ["namespace", "pod", "pod_uid", "container"]
+HAMI_LABELS = ["podnamespace", "podname", "ctrname", "vdeviceid", "deviceuuid", "zone"]
+HAMI_ZONE = "vGPU"  # the constant HAMi's monitor puts on every series it exports
 MIN_SAMPLE_S = 1.0
 
 UsageKey = tuple[str, str, int]  # pod uid, container, device index
@@ -36,7 +57,7 @@ UsageKey = tuple[str, str, int]  # pod uid, container, device index
 class _Sample:
     busy_ns: int
     at: float
-    percent: float | None = None
+    ratio: float | None = None
 
 
 class Utilization:
@@ -48,6 +69,7 @@ class Utilization:
         self._lock = threading.Lock()
 
     def observe(self, key: UsageKey, busy_ns: int) -> float | None:
+        """Busy time per wall time, 0..1; None until two samples are far enough apart."""
         now = self._clock()
         with self._lock:
             previous = self._samples.get(key)
@@ -56,10 +78,10 @@ class Utilization:
                 return None
             elapsed = now - previous.at
             if elapsed < MIN_SAMPLE_S:
-                return previous.percent
-            percent = min(100.0, (busy_ns - previous.busy_ns) / (elapsed * 1e9) * 100.0)
-            self._samples[key] = _Sample(busy_ns, now, percent)
-            return percent
+                return previous.ratio
+            ratio = min(1.0, (busy_ns - previous.busy_ns) / (elapsed * 1e9))
+            self._samples[key] = _Sample(busy_ns, now, ratio)
+            return ratio
 
     def forget_except(self, live: set[UsageKey]) -> None:
         with self._lock:
@@ -67,20 +89,58 @@ class Utilization:
                 del self._samples[key]
 
 
-def _families() -> dict[str, GaugeMetricFamily | CounterMetricFamily]:
+class Idleness:
+    """Seconds since each container's launches counter on a device last changed, as seen here.
+
+    The region records how many kernels were launched, not when: the time of the change is
+    the scrape that first saw the new count, so the value is exact to a scrape interval and
+    starts over when the monitor restarts.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._changed: dict[UsageKey, tuple[int, float]] = {}  # launches, when first seen
+        self._lock = threading.Lock()
+
+    def observe(self, key: UsageKey, launches: int) -> float:
+        now = self._clock()
+        with self._lock:
+            previous = self._changed.get(key)
+            if previous is None or previous[0] != launches:
+                self._changed[key] = (launches, now)
+                return 0.0
+            return now - previous[1]
+
+    def forget_except(self, live: set[UsageKey]) -> None:
+        with self._lock:
+            for key in set(self._changed) - live:
+                del self._changed[key]
+
+
+Family = GaugeMetricFamily | CounterMetricFamily
+
+
+def _families(hami: bool) -> dict[str, Family]:
     def gauge(name: str, text: str, labels: list[str] = LABELS) -> GaugeMetricFamily:
         return GaugeMetricFamily(name, text, labels=labels)
 
     def counter(name: str, text: str) -> CounterMetricFamily:
         return CounterMetricFamily(name, text, labels=LABELS)
 
-    return {
+    families: dict[str, Family] = {
         "used": gauge("vslice_container_gpu_memory_used_bytes", "GPU memory the container holds"),
         "limit": gauge("vslice_container_gpu_memory_limit_bytes", "The container's memory slice"),
-        "sm_limit": gauge("vslice_container_gpu_sm_limit_percent", "The container's SM slice"),
+        "sm_limit": gauge(
+            "vslice_container_gpu_sm_limit_ratio", "The container's SM slice, 0..1 of the GPU"
+        ),
         "util": gauge(
-            "vslice_container_gpu_sm_utilization_percent",
-            "Device busy time of the container per wall time, percent",
+            "vslice_container_gpu_sm_utilization_ratio",
+            "Device busy time of the container per wall time, 0..1",
+        ),
+        "idle": gauge(
+            "vslice_container_gpu_idle_seconds",
+            "Seconds since the container's kernel launch count last changed (as seen by this "
+            "monitor since it started)",
         ),
         "busy": counter("vslice_container_gpu_busy_seconds", "Device busy time measured"),
         "throttled": counter(
@@ -91,34 +151,65 @@ def _families() -> dict[str, GaugeMetricFamily | CounterMetricFamily]:
             "vslice_container_processes", "Processes with a live slot", CONTAINER_LABELS
         ),
     }
+    if hami:
+        families |= {
+            "hami_used": gauge(
+                "vGPU_device_memory_usage_in_bytes", "vGPU device usage", HAMI_LABELS
+            ),
+            "hami_limit": gauge(
+                "vGPU_device_memory_limit_in_bytes", "vGPU device limit", HAMI_LABELS
+            ),
+            "hami_util": gauge(
+                "Device_utilization_desc_of_container",
+                "Container device utilization description",
+                HAMI_LABELS,
+            ),
+            "hami_last_kernel": gauge(
+                "Device_last_kernel_of_container",
+                "Container device last kernel description",
+                HAMI_LABELS,
+            ),
+        }
+    return families
+
+
+def no_pods(_uids: Collection[str]) -> PodView:
+    """What is known of the pods without the API server: nothing (uids only, all exported)."""
+    return PodView()
 
 
 class ContainerCollector(Collector):
     def __init__(
         self,
         reader: RegionReader,
-        pod_names: Callable[[Collection[str]], Mapping[str, tuple[str, str]]] | None = None,
+        pods: PodLookup | None = None,
         utilization: Utilization | None = None,
+        idleness: Idleness | None = None,
+        *,
+        hami: bool = False,
     ) -> None:
         self.reader = reader
-        self.pod_names = pod_names or (lambda _uids: {})
+        self.pods = pods or no_pods
         self.utilization = utilization or Utilization()
+        self.idleness = idleness or Idleness()
+        self.hami = hami
 
     def collect(self) -> Iterator[Metric]:
-        families = _families()
+        families = _families(self.hami)
         read = list(self.reader.read())
-        names = self.pod_names({region.file.pod_uid for region in read})
+        view = self.pods({region.file.pod_uid for region in read})
         live: set[UsageKey] = set()
-        regions = 0
         for region in read:
-            regions += 1
-            namespace, pod = names.get(region.file.pod_uid, ("", ""))
+            if region.file.pod_uid in view.ended:
+                continue  # the pod finished or is gone: its last values are no use
+            namespace, pod = view.names.get(region.file.pod_uid, ("", ""))
             owner = [namespace, pod, region.file.pod_uid, region.file.container]
             families["processes"].add_metric(owner, len(region.snapshot.processes))
             live |= self._add_devices(families, region, owner)
         self.utilization.forget_except(live)
+        self.idleness.forget_except(live)
         yield from families.values()
-        yield GaugeMetricFamily("vslice_monitor_regions", "Regions read", value=regions)
+        yield GaugeMetricFamily("vslice_monitor_regions", "Regions read", value=len(read))
         yield GaugeMetricFamily(
             "vslice_monitor_unreadable_regions",
             "Region files that could not be read (see the log)",
@@ -126,10 +217,7 @@ class ContainerCollector(Collector):
         )
 
     def _add_devices(
-        self,
-        families: Mapping[str, GaugeMetricFamily | CounterMetricFamily],
-        region: ContainerRegion,
-        owner: list[str],
+        self, families: Mapping[str, Family], region: ContainerRegion, owner: list[str]
     ) -> set[UsageKey]:
         keys: set[UsageKey] = set()
         for device in region.snapshot.devices:
@@ -140,11 +228,23 @@ class ContainerCollector(Collector):
             if device.memory_limit is not None:
                 families["limit"].add_metric(labels, device.memory_limit)
             if device.sm_limit is not None:
-                families["sm_limit"].add_metric(labels, device.sm_limit)
-            percent = self.utilization.observe(key, device.busy_ns)
-            if percent is not None:
-                families["util"].add_metric(labels, percent)
+                families["sm_limit"].add_metric(labels, device.sm_limit / 100)
+            ratio = self.utilization.observe(key, device.busy_ns)
+            if ratio is not None:
+                families["util"].add_metric(labels, ratio)
+            idle = self.idleness.observe(key, device.launches)
+            families["idle"].add_metric(labels, idle)
             families["busy"].add_metric(labels, device.busy_ns / 1e9)
             families["throttled"].add_metric(labels, device.throttled_ns / 1e9)
             families["launches"].add_metric(labels, device.launches)
+            if self.hami:
+                namespace, pod, _, container = owner
+                hami = [namespace, pod, container, str(device.index), device.uuid, HAMI_ZONE]
+                families["hami_used"].add_metric(hami, device.memory_used)
+                if device.memory_limit is not None:
+                    families["hami_limit"].add_metric(hami, device.memory_limit)
+                if ratio is not None:
+                    families["hami_util"].add_metric(hami, ratio * 100)
+                if device.launches:
+                    families["hami_last_kernel"].add_metric(hami, idle)
         return keys

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable
 from pathlib import Path
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from vslice_serving.httpserve import HttpService, Response, configure_logging, run_until_signal
 from vslice_serving.settings import load_settings
 
 from vslice_node.handover.checkpoint import prepared_claims
-from vslice_node.monitor.collector import ContainerCollector
+from vslice_node.metrics import NodeMetrics
+from vslice_node.monitor.collector import ContainerCollector, no_pods
 from vslice_node.monitor.nodegpus import NodeGpuCollector, start_nvml
-from vslice_node.monitor.podnames import PodNames
+from vslice_node.monitor.podnames import PodLookup, PodNames
 from vslice_node.monitor.regions import RegionReader
 from vslice_node.monitor.settings import MonitorSettings
 from vslice_node.nodeapi import ConnectingNodeApi, NodeApi
@@ -30,26 +30,26 @@ def connect_api(settings: MonitorSettings) -> NodeApi:
     return ConnectingNodeApi(connect)
 
 
-def no_names(_uids: Collection[str]) -> Mapping[str, tuple[str, str]]:
-    """Pod names when the monitor may not ask the API server: none (uids only)."""
-    return {}
+# Pod names when the monitor may not ask the API server: none (uids only), nothing left out.
+no_names = no_pods
 
 
 def metrics_service(
-    settings: MonitorSettings,
-    pod_names: Callable[[Collection[str]], Mapping[str, tuple[str, str]]],
+    settings: MonitorSettings, pods: PodLookup
 ) -> tuple[HttpService, list[Callable[[], None]]]:
     """The HTTP service and the cleanups it needs at shutdown."""
-    registry = CollectorRegistry()
-    registry.register(ContainerCollector(RegionReader(Path(settings.cache_root)), pod_names))
+    served = NodeMetrics(settings.node_name)
+    reader = RegionReader(Path(settings.cache_root))
+    served.registry.register(ContainerCollector(reader, pods, hami=settings.hami_metrics))
     cleanups: list[Callable[[], None]] = []
     nvml = start_nvml() if settings.backend == "nvml" else None
     if nvml is not None:
-        registry.register(NodeGpuCollector(nvml))
+        served.registry.register(NodeGpuCollector(nvml, hami=settings.hami_metrics))
         cleanups.append(nvml.nvmlShutdown)
 
     def metrics(_: bytes) -> Response:
-        return Response(200, generate_latest(registry), CONTENT_TYPE_LATEST)
+        body, content_type = served.exposition()
+        return Response(200, body, content_type)
 
     return HttpService(settings.listen_address, {("GET", "/metrics"): metrics}), cleanups
 
@@ -59,7 +59,7 @@ def serve(config_path: str | None) -> int:
     # An InvalidRequest here reaches `vslice serve`, which prints it and exits 2.
     settings = load_settings(MonitorSettings, config_path)
     configure_logging("monitor", settings.log_level)
-    pod_names: Callable[[Collection[str]], Mapping[str, tuple[str, str]]] = no_names
+    pod_names: PodLookup = no_names
     cleanups: list[Callable[[], None]] = []
     if settings.pod_names:
         checkpoint = Path(settings.dra_checkpoint)

@@ -1,9 +1,14 @@
 """Whole-GPU metrics from NVML (the ``nvml`` backend), next to the per-container ones.
 
-Labels ``gpu`` (UUID) and ``index``: ``vslice_gpu_memory_used_bytes``,
-``vslice_gpu_memory_total_bytes``, ``vslice_gpu_utilization_percent`` (the driver's SM busy
-percentage over its last sample period). Comparing the per-container sums with these shows
-memory the slices do not account for (other processes, driver overhead).
+Labels ``gpu`` (UUID) and ``index`` (and ``node``, added by the monitor):
+``vslice_gpu_memory_used_bytes``, ``vslice_gpu_memory_total_bytes``,
+``vslice_gpu_utilization_ratio`` (the driver's SM busy share over its last sample period,
+0..1). Comparing the per-container sums with these shows memory the slices do not account for
+(other processes, driver overhead).
+
+With ``hami`` also HAMi's host series, with HAMi's names, labels and units (labels
+``deviceidx, deviceuuid, devicetype, zone="vGPU"``; ``devicetype`` is ``NVIDIA-<model>``):
+``HostGPUMemoryUsage`` (bytes in use) and ``HostCoreUtilization`` (percent, 0..100).
 """
 
 from __future__ import annotations
@@ -37,9 +42,14 @@ def start_nvml() -> Any | None:
     return pynvml
 
 
+HAMI_HOST_LABELS = ["deviceidx", "deviceuuid", "devicetype", "zone"]
+HAMI_ZONE = "vGPU"
+
+
 class NodeGpuCollector(Collector):
-    def __init__(self, nvml: Any) -> None:
+    def __init__(self, nvml: Any, *, hami: bool = False) -> None:
         self.nvml = nvml
+        self.hami = hami
         self._no_utilization = False
 
     def _utilization(self, handle: Any) -> int | None:
@@ -55,12 +65,25 @@ class NodeGpuCollector(Collector):
             log.warning("GPU utilization unavailable", extra={"error": str(exc)})
             return None
 
+    def _model(self, handle: Any) -> str:
+        """HAMi's ``devicetype``: ``NVIDIA-`` and the driver's model name ("" unknown)."""
+        try:
+            return f"NVIDIA-{_text(self.nvml.nvmlDeviceGetName(handle))}"
+        except self.nvml.NVMLError:
+            return ""
+
     def collect(self) -> Iterator[Metric]:
         labels = ["gpu", "index"]
         used = GaugeMetricFamily("vslice_gpu_memory_used_bytes", "GPU memory in use", labels=labels)
         total = GaugeMetricFamily("vslice_gpu_memory_total_bytes", "GPU memory", labels=labels)
         busy = GaugeMetricFamily(
-            "vslice_gpu_utilization_percent", "SM busy percent (driver sample)", labels=labels
+            "vslice_gpu_utilization_ratio", "SM busy share, 0..1 (driver sample)", labels=labels
+        )
+        hami_used = GaugeMetricFamily(
+            "HostGPUMemoryUsage", "GPU device memory usage", labels=HAMI_HOST_LABELS
+        )
+        hami_busy = GaugeMetricFamily(
+            "HostCoreUtilization", "GPU core utilization", labels=HAMI_HOST_LABELS
         )
         try:
             count = int(self.nvml.nvmlDeviceGetCount())
@@ -79,5 +102,12 @@ class NodeGpuCollector(Collector):
             total.add_metric(gpu, int(memory.total))
             percent = self._utilization(handle)
             if percent is not None:
-                busy.add_metric(gpu, percent)
+                busy.add_metric(gpu, percent / 100)
+            if self.hami:
+                host = [gpu[1], gpu[0], self._model(handle), HAMI_ZONE]
+                hami_used.add_metric(host, int(memory.used))
+                if percent is not None:
+                    hami_busy.add_metric(host, percent)
         yield from (used, total, busy)
+        if self.hami:
+            yield from (hami_used, hami_busy)

@@ -22,7 +22,13 @@ class MonitorSettings(NodeServiceSettings):
     pod_names: bool = Field(
         default=True,
         description="Look up namespace and pod name of each pod uid in the API server "
-        "(best effort: without access the labels stay empty).",
+        "(best effort: without access the labels stay empty), and leave out the regions of "
+        "pods that finished or no longer exist.",
+    )
+    hami_metrics: bool = Field(
+        default=False,
+        description="Also export HAMi's vGPU monitor series (vGPU_device_memory_usage_in_bytes, "
+        "HostCoreUtilization, ...) with HAMi's names, labels and units, for HAMi's dashboards.",
     )
     pod_names_every_seconds: float = Field(
         default=30.0, gt=0, description="How often pod names are refreshed from the API server."
