@@ -50,6 +50,7 @@ from vslice_core.model import (
     NodeInventory,
     NodeVerdict,
     PodRequest,
+    QuotaLimits,
     QuotaUsage,
     Suggestion,
 )
@@ -110,6 +111,29 @@ class _Record:
     totals: tuple[int, int, int]  # MiB, cores, GPU slices: what the namespace quota counts
 
 
+@dataclass(frozen=True, slots=True)
+class GpuView:
+    """One GPU as its node advertises it and what is taken on it now (read by the metrics)."""
+
+    uuid: str
+    index: int
+    model: str  # as the node's inventory writes it (the placement state keeps it lower case)
+    memory_mib: int
+    cores: int
+    slots: int
+    used: GpuUsage
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaView:
+    """A namespace's GPU limits and what counts against them, exactly as the bind checks it:
+    the quota's own ``used`` plus every allocation the ledger records for the namespace
+    (proven, unproven and held alike)."""
+
+    limits: QuotaLimits
+    used: QuotaUsage
+
+
 def _record(namespace: str, allocation: Allocation) -> _Record:
     taken = charges(allocation)
     grants = [g for c in allocation.containers for g in c.gpus]
@@ -133,6 +157,7 @@ class Ledger:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._nodes: dict[str, NodeState] = {}
+        self._inventories: dict[str, NodeInventory] = {}  # as given to set_node, for reading
         self._pods: dict[str, _Record] = {}
         self._by_node: dict[str, set[str]] = {}
         self._quotas: dict[str, NamespaceQuota] = {}
@@ -166,6 +191,7 @@ class Ledger:
         with self._lock:
             state = node_state(inventory, dict(used or {}))
             self._nodes[inventory.name] = state
+            self._inventories[inventory.name] = inventory
             for uid in sorted(self._by_node.get(inventory.name, ())):
                 self._apply_charges(state, self._pods[uid], 1)
             self._over.pop(inventory.name, None)
@@ -178,6 +204,7 @@ class Ledger:
         with self._lock:
             self._unindex(name)
             self._nodes.pop(name, None)
+            self._inventories.pop(name, None)
             self._over.pop(name, None)
 
     def set_quota(self, namespace: str, quota: NamespaceQuota | None) -> None:
@@ -463,6 +490,57 @@ class Ledger:
                 )
                 for gpu in state.gpus
             }
+
+    def gpus(self, node: str) -> list[GpuView]:
+        """The node's GPUs in index order, each with its capacity and usage (one snapshot)."""
+        with self._lock:
+            state, inventory = self._nodes.get(node), self._inventories.get(node)
+            if state is None or inventory is None:
+                return []
+            views = []
+            for gpu in sorted(inventory.gpus, key=lambda g: g.index):
+                taken = state.by_uuid[gpu.uuid]
+                used = GpuUsage(
+                    slots=taken.used_slots, memory_mib=taken.used_memory, cores=taken.used_cores
+                )
+                views.append(
+                    GpuView(
+                        uuid=gpu.uuid,
+                        index=gpu.index,
+                        model=gpu.model,
+                        memory_mib=taken.memory,
+                        cores=taken.cores,
+                        slots=taken.slots,
+                        used=used,
+                    )
+                )
+            return views
+
+    def quotas(self) -> dict[str, QuotaView]:
+        """Every namespace that has a quota, with what counts against it now."""
+        with self._lock:
+            views = {}
+            for namespace, quota in sorted(self._quotas.items()):
+                recorded = self._namespace_used.get(namespace, [0, 0, 0])
+                base = quota.used
+                used = QuotaUsage(
+                    memory_mib=base.memory_mib + recorded[0],
+                    cores=base.cores + recorded[1],
+                    gpus=base.gpus + recorded[2],
+                )
+                views[namespace] = QuotaView(limits=quota.limits, used=used)
+            return views
+
+    def allocations(self) -> list[tuple[str, str, Allocation]]:
+        """``(pod uid, namespace, allocation)`` of every proven (or held) allocation, by uid;
+        unproven ones are left out: vslice did not grant them."""
+        with self._lock:  # only the copy under the lock: decisions wait for it
+            records = list(self._pods.items())
+        return [
+            (uid, record.namespace, record.allocation)
+            for uid, record in sorted(records, key=lambda item: item[0])
+            if not uid.endswith(_UNPROVEN)
+        ]
 
     def namespace_usage(self, namespace: str) -> QuotaUsage:
         """What recorded allocations of the namespace take (quota ``used`` not included)."""

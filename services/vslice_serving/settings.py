@@ -199,6 +199,13 @@ class SchedulerSettings(ServiceSettings):
         description="Certificate common names allowed to call the verbs when client_ca_file "
         "is set.",
     )
+    hami_metrics: bool = Field(
+        default=False,
+        description="Also export HAMi's scheduler series (GPUDeviceMemoryLimit, "
+        "GPUDeviceMemoryAllocated, GPUDeviceCoreLimit, GPUDeviceCoreAllocated, "
+        "GPUDeviceSharedNum, vGPUPodsDeviceAllocated) with HAMi's names, labels and units, "
+        "so HAMi's dashboards work unchanged.",
+    )
 
     @model_validator(mode="after")
     def _client_auth_needs_tls(self) -> SchedulerSettings:

@@ -138,12 +138,13 @@ def test_an_extender_killed_mid_stream_restarts_and_loses_and_duplicates_nothing
 
 
 def _ledger_memory(metrics: str) -> dict[str, int]:
-    pattern = re.compile(r'^vslice_gpu_allocated_memory_mib\{gpu="([^"]+)",node="[^"]+"\} (\S+)$')
+    """MiB booked per GPU UUID (the gauge is in bytes; labels gpu, index, model, node, path)."""
+    pattern = re.compile(r'^vslice_gpu_allocated_memory_bytes\{gpu="([^"]+)",[^}]*\} (\S+)$')
     found = {}
     for line in metrics.splitlines():
         match = pattern.match(line)
         if match and float(match[2]):
-            found[match[1]] = int(float(match[2]))
+            found[match[1]] = int(float(match[2])) // (1024 * 1024)
     return found
 
 

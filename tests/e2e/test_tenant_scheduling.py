@@ -71,12 +71,13 @@ class Extender:
         return result
 
     def gpu_memory(self, gpu: str) -> int:
+        """MiB booked on the GPU (the gauge is in bytes; labels gpu, index, model, node, path)."""
         text = self.get("/metrics").decode()
         found = re.search(
-            rf'vslice_gpu_allocated_memory_mib\{{gpu="{re.escape(gpu)}",node="[^"]+"\}} (\S+)', text
+            rf'vslice_gpu_allocated_memory_bytes\{{gpu="{re.escape(gpu)}",[^}}]*\}} (\S+)', text
         )
         assert found, f"no memory gauge for {gpu}"
-        return int(float(found.group(1)))
+        return int(float(found.group(1))) // (1024 * 1024)
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from served import Reply, call
 from vslice_control.extender.feed import NodeFeed, PodFeed
 from vslice_control.extender.holds import Holds
@@ -226,8 +227,16 @@ def test_metrics_show_usage_per_gpu_decisions_and_latency(extender: ExtenderUnde
     extender.filter(pod("a", mem="30000"), ["n1"])
     extender.filter(pod("b", mem=str(90 * GIB)), ["n1"])
     text = extender.metrics()
-    assert 'vslice_gpu_allocated_memory_mib{gpu="GPU-n1-0",node="n1"} 30000.0' in text
-    assert 'vslice_gpu_allocated_slots{gpu="GPU-n1-0",node="n1"} 1.0' in text
+    samples = {
+        sample.name: sample
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.labels.get("gpu") == "GPU-n1-0"
+    }
+    gpu = {"node": "n1", "gpu": "GPU-n1-0", "index": "0", "model": "NVIDIA-A100"}
+    assert samples["vslice_gpu_allocated_memory_bytes"].labels == {**gpu, "path": "extender"}
+    assert samples["vslice_gpu_allocated_memory_bytes"].value == 30000 * 1024 * 1024
+    assert samples["vslice_gpu_allocated_slots"].value == 1
     assert 'vslice_extender_decisions_total{reason="none",result="fit",verb="filter"} 1.0' in text
     assert 'reason="insufficient_memory",result="nofit",verb="filter"} 1.0' in text
     assert "vslice_extender_filter_seconds_count 2.0" in text

@@ -174,10 +174,19 @@ class PodFeed:
         self._proofs = proofs or Proofs()
         self._reports = reports or Reports()
         self._known: set[str] = set()  # uids of the pods the watch shows (any phase)
+        # Names of the pods whose allocation is recorded (only those: every pod of a large
+        # cluster would cost memory for nothing), for the metrics that name pods.
+        self._names: dict[str, str] = {}
+        self._names_lock = threading.Lock()  # the watch writes, scrapes read
 
     def exists(self, uid: str) -> bool:
         """Whether the pod watch shows a pod with this uid."""
         return uid in self._known
+
+    def names(self) -> dict[str, str]:
+        """``{uid: pod name}`` of the pods whose allocation the watch has recorded."""
+        with self._names_lock:
+            return dict(self._names)
 
     def replace(self, items: list[dict[str, Any]]) -> None:
         present = {str(metadata_of(pod).get("uid", "")) for pod in items}
@@ -191,6 +200,8 @@ class PodFeed:
             for blocks in self._ledger.blocked_nodes().values():
                 for uid in set(blocks) - present:
                     self._gone(uid)
+        with self._names_lock:
+            self._names = {uid: name for uid, name in self._names.items() if uid in present}
         self._reports.overbooked(self._ledger.overbooked())
 
     def catch_up(self, items: Iterable[dict[str, Any]]) -> None:
@@ -216,6 +227,8 @@ class PodFeed:
         self._ledger.release(uid)
         self._ledger.unblock(uid)
         self._reports.forget(uid)
+        with self._names_lock:
+            self._names.pop(uid, None)
 
     def _apply(self, pod: Mapping[str, Any]) -> None:
         meta = metadata_of(pod)
@@ -243,6 +256,8 @@ class PodFeed:
             self._reports.unreadable(namespace, name, uid, node, str(exc))
             return
         self._ledger.unblock(uid)
+        with self._names_lock:
+            self._names[uid] = name
         proof = annotations_of({"metadata": meta}).get(PROOF)
         why = self._proofs.problem(str(proof) if proof else None, uid, node, value)
         if why is None:

@@ -151,6 +151,8 @@ def routes(
 ) -> dict[tuple[str, str], Handler]:
     """The HTTP routes: thin wrappers that parse, call a verb, encode."""
     node_feed = nodes or NodeFeed(extender.ledger)
+    # The state gauges read what /readyz reads, so a scrape and a probe never disagree.
+    metrics.follow(ready, (lambda: not standby()) if standby is not None else (lambda: True))
 
     def metrics_(_: bytes) -> Response:
         return Response(200, metrics.exposition(), "text/plain; version=0.0.4; charset=utf-8")
@@ -270,12 +272,13 @@ def serve(config_path: str | None = None) -> int:
     ledger = Ledger()
     holds = Holds(settings.hold_ttl_seconds)
     resync = settings.resync_seconds
-    metrics = ExtenderMetrics(ledger)
+    metrics = ExtenderMetrics(ledger, hami=settings.hami_metrics)
     recorder = EventRecorder(api, "vslice-scheduler")
     reports = Reports(ApiEvents(recorder), metrics)
     node_feed = NodeFeed(ledger, reports)
     metrics.count_refused(node_feed.refused)
     pod_feed = PodFeed(ledger, holds, proofs, reports)
+    metrics.name_pods(pod_feed.names)
     watches = [
         ListWatch("nodes", api.list_node, node_feed, resync_seconds=resync),
         ListWatch("pods", api.list_pod_for_all_namespaces, pod_feed, resync_seconds=resync),

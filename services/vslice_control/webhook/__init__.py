@@ -8,5 +8,6 @@
   path becomes a ResourceClaimTemplate it references; ``claimpolicy`` claims users write
 - ``reach``        which requests the API server sends here (rules, matchConditions), used by
   the install objects in :mod:`vslice_control.install`
-- ``jsonpatch``    building the patch; ``main`` ``vslice serve webhook``
+- ``jsonpatch``    building the patch; ``metrics`` the answers counted and timed;
+  ``main`` ``vslice serve webhook``
 """

@@ -21,21 +21,28 @@ from vslice_core.dra import DRIVER, claims
 
 from vslice_control.webhook.review import ClaimAdmission, Verdict
 
+CLAIM = "claim"
+"""Reason code of an admitted claim or template (it is never patched)."""
+CLAIM_REFUSED = "spec.devices.requests"
+"""Reason code of a refused one: the field every problem lies under. The problems' own
+fields name capacities the user wrote, which would let a claim mint metric label values."""
+
 
 def review_claim(request: ClaimAdmission) -> Verdict:
     if request.operation not in ("CREATE", "UPDATE"):
-        return Verdict(allowed=True)
+        return Verdict(allowed=True, reason=CLAIM)
     if request.old_claim is not None and request.old_claim.get("spec") == request.claim.get("spec"):
-        return Verdict(allowed=True)
+        return Verdict(allowed=True, reason=CLAIM)
     problems = claims.check(_named(request))
     if not problems:
-        return Verdict(allowed=True)
+        return Verdict(allowed=True, reason=CLAIM)
     listed = "; ".join(str(problem) for problem in problems)
     return Verdict.deny(
         f"{request.kind} {request.namespace}/{request.name} asks {DRIVER} devices in a "
         f"way they cannot be given ({len(problems)} problem{'s' * (len(problems) > 1)}): "
         f"{listed}",
         code=400,
+        reason=CLAIM_REFUSED,
     )
 
 

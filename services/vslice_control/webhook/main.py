@@ -2,9 +2,10 @@
 
 ``POST /mutate`` takes an AdmissionReview v1 and answers one (pods; and ResourceClaims and
 ResourceClaimTemplates, which the validating configuration sends to the same route: their
-answer never carries a patch); ``GET /healthz`` answers ok.
+answer never carries a patch); ``GET /healthz`` answers ok; ``GET /metrics`` counts the
+answers and their latency (``metrics``).
 With ``client_ca_file``, ``/mutate`` answers only the API server's client certificate (403
-for anyone else).
+for anyone else); ``/healthz`` and ``/metrics`` stay open to probes and scrapers.
 A body that is not an AdmissionReview gets a 400 naming what is wrong (or, when it still
 carries a request uid, a review that denies with that message), never a crash.
 
@@ -16,12 +17,15 @@ references exists; the webhook creates it first, except on a dry run (the config
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from vslice_core.errors import ClusterError, InvalidRequest
 from vslice_core.model import QuotaLimits
 from vslice_serving.httpserve import (
     ClientAuth,
+    Handler,
     HttpService,
     ReloadingTlsContext,
     Response,
@@ -33,6 +37,7 @@ from vslice_serving.settings import WebhookSettings, load_settings
 from vslice_control.quota import QuotaBook
 from vslice_control.webhook.claimpolicy import review_claim
 from vslice_control.webhook.draconvert import TemplateStore, ensure_template
+from vslice_control.webhook.metrics import WebhookMetrics
 from vslice_control.webhook.policy import WebhookPolicy, review_pod
 from vslice_control.webhook.review import (
     ClaimAdmission,
@@ -56,6 +61,27 @@ def _no_labels(namespace: str) -> Mapping[str, str] | None:
     return None
 
 
+MALFORMED = "malformed_review"
+NO_API_ACCESS = "no_api_access"
+CLAIM_TEMPLATE = "claim_template"
+INTERNAL_ERROR = "internal_error"
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The HTTP answer to one review and how the metrics count it."""
+
+    response: Response
+    result: str  # "mutated" | "allowed" | "refused"
+    reason: str
+
+    @classmethod
+    def of(cls, response: Response, verdict: Verdict) -> Answer:
+        if not verdict.allowed:
+            return cls(response, "refused", verdict.reason)
+        return cls(response, "mutated" if verdict.patch else "allowed", verdict.reason)
+
+
 def handle_review(
     body: bytes,
     policy: WebhookPolicy,
@@ -65,14 +91,27 @@ def handle_review(
 ) -> Response:
     """One AdmissionReview in, one out: parse, decide (pure), create what the pod needs
     (``templates``, not on a dry run), encode."""
+    return answer_review(body, policy, quotas, namespace_labels, templates).response
+
+
+def answer_review(
+    body: bytes,
+    policy: WebhookPolicy,
+    quotas: QuotaLookup,
+    namespace_labels: LabelLookup = _no_labels,
+    templates: TemplateStore | None = None,
+) -> Answer:
+    """:func:`handle_review` with the result and reason the metrics count."""
     try:
         request = parse_review(body)
     except InvalidRequest as exc:
         uid = "" if isinstance(exc, NotAReview) else request_uid(body)
         log.warning("malformed AdmissionReview", extra={"error": str(exc), "uid": uid})
         if not uid:
-            return Response.text(f"malformed AdmissionReview: {exc}", 400)
-        return Response.json(encode_review(uid, Verdict.deny(f"malformed request: {exc}", 400)))
+            response = Response.text(f"malformed AdmissionReview: {exc}", 400)
+            return Answer(response, "refused", MALFORMED)
+        denial = Verdict.deny(f"malformed request: {exc}", 400, reason=MALFORMED)
+        return Answer.of(Response.json(encode_review(uid, denial)), denial)
     if isinstance(request, ClaimAdmission):
         verdict = review_claim(request)
         log.info(
@@ -85,7 +124,7 @@ def handle_review(
                 "reason": verdict.message or None,
             },
         )
-        return Response.json(encode_review(request.uid, verdict))
+        return Answer.of(Response.json(encode_review(request.uid, verdict)), verdict)
     verdict = review_pod(
         request, policy, quotas(request.namespace), namespace_labels(request.namespace)
     )
@@ -103,7 +142,7 @@ def handle_review(
             "reason": verdict.message or None,
         },
     )
-    return Response.json(encode_review(request.uid, verdict))
+    return Answer.of(Response.json(encode_review(request.uid, verdict)), verdict)
 
 
 def _created(verdict: Verdict, templates: TemplateStore | None) -> Verdict:
@@ -114,12 +153,40 @@ def _created(verdict: Verdict, templates: TemplateStore | None) -> Verdict:
             "ResourceClaimTemplates, and it has no API access: give it a kubeconfig, or use "
             f"the extender path (namespace label {PATH_LABEL}=extender)",
             code=500,
+            reason=NO_API_ACCESS,
         )
     for template in verdict.objects:
         denial = ensure_template(templates, template)
         if denial is not None:
-            return Verdict.deny(denial, code=500)
+            return Verdict.deny(denial, code=500, reason=CLAIM_TEMPLATE)
     return verdict
+
+
+def routes(
+    metrics: WebhookMetrics,
+    policy: WebhookPolicy,
+    quotas: QuotaLookup,
+    namespace_labels: LabelLookup = _no_labels,
+    templates: TemplateStore | None = None,
+) -> dict[tuple[str, str], Handler]:
+    """``POST /mutate``, counted and timed, and ``GET /metrics``."""
+
+    def mutate(body: bytes) -> Response:
+        started = time.perf_counter()
+        try:
+            answer = answer_review(body, policy, quotas, namespace_labels, templates)
+        except Exception:
+            # The server answers 500 and the API server applies the failurePolicy: counted
+            # as refused, since this answer admitted nothing.
+            metrics.answered("refused", INTERNAL_ERROR, time.perf_counter() - started)
+            raise
+        metrics.answered(answer.result, answer.reason, time.perf_counter() - started)
+        return answer.response
+
+    def metrics_(_: bytes) -> Response:
+        return Response(200, metrics.exposition(), "text/plain; version=0.0.4; charset=utf-8")
+
+    return {("POST", MUTATE_PATH): mutate, ("GET", "/metrics"): metrics_}
 
 
 def policy_from(settings: WebhookSettings) -> WebhookPolicy:
@@ -133,8 +200,8 @@ def policy_from(settings: WebhookSettings) -> WebhookPolicy:
 
 
 def client_auth(settings: WebhookSettings) -> ClientAuth | None:
-    """With a client CA, only the API server (an allowed CN) may call /mutate; /healthz stays
-    open to probes."""
+    """With a client CA, only the API server (an allowed CN) may call /mutate; /healthz and
+    /metrics stay open to probes and scrapers."""
     if not settings.client_ca_file:
         return None
     return ClientAuth(frozenset(settings.client_names), frozenset({("POST", MUTATE_PATH)}))
@@ -163,11 +230,7 @@ def serve(config_path: str | None = None) -> int:
     policy = policy_from(settings)
     service = HttpService(
         settings.listen_address,
-        {
-            ("POST", MUTATE_PATH): lambda body: handle_review(
-                body, policy, quotas.limits, labels.labels, templates
-            )
-        },
+        routes(WebhookMetrics(), policy, quotas.limits, labels.labels, templates),
         tls=tls,
         client_auth=client_auth(settings),
     )

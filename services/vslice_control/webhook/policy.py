@@ -28,7 +28,7 @@ namespace label keeps the webhook away, through the configuration's ``namespaceS
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from vslice_core import annotations as keys
@@ -40,12 +40,21 @@ from vslice_core.resources import DEFAULT_RESOURCE_NAMES, ResourceNames
 from vslice_control.quota import exceeded, request_totals
 from vslice_control.webhook import draconvert, environment
 from vslice_control.webhook.jsonpatch import PodPatch
-from vslice_control.webhook.podspec import containers
-from vslice_control.webhook.review import AdmissionRequest, Verdict
+from vslice_control.webhook.podspec import Container, containers
+from vslice_control.webhook.review import AdmissionRequest, Verdict, reason_code
 from vslice_control.webhook.routing import SchedulingPath, choose_path
 
 HIDE_GPUS_ENV = environment.VISIBLE_DEVICES
 DEFAULT_SCHEDULER = "default-scheduler"
+
+# Reason codes of the verdicts (metrics only; a refused value is named by its field instead).
+NOT_CREATE = "not_create"  # UPDATE, DELETE, CONNECT: admitted as they are
+NOT_GPU_POD = "not_gpu_pod"
+FORBIDDEN_ANNOTATION = "forbidden_annotation"  # vslice's state annotations were removed
+DRA = "dra"  # patched to reference a ResourceClaimTemplate instead of extended resources
+UNKNOWN_RESOURCE = "unknown_resource"
+FORBIDDEN_ENV = "forbidden_env"
+QUOTA_EXCEEDED = "quota_exceeded"  # the extender's reason code for the same refusal
 
 
 @dataclass(frozen=True)
@@ -65,7 +74,7 @@ def review_pod(
 ) -> Verdict:
     """``namespace_labels``: the labels of the pod's Namespace (None: not known)."""
     if request.operation != "CREATE":
-        return Verdict(allowed=True)
+        return Verdict(allowed=True, reason=NOT_CREATE)
     pod = request.pod
     patch = PodPatch(pod)
     warnings = _strip_state(patch)
@@ -73,35 +82,65 @@ def review_pod(
     try:
         normalized = normalize_gpu_pod(pod, policy.names)
     except InvalidRequest as exc:
-        return Verdict.deny(str(exc), code=400)
-    denial = _unknown_gpu_resource(pod, policy.names)
-    if denial is not None:
-        return Verdict.deny(denial, code=400)
+        return Verdict.deny(str(exc), code=400, reason=reason_code(exc.field))
+    unknown = _unknown_gpu_resource(pod, policy.names)
+    if unknown is not None:
+        return Verdict.deny(unknown, code=400, reason=UNKNOWN_RESOURCE)
+    # Whether anything was stripped, as the reason of an admission that changes the pod.
+    stripped = FORBIDDEN_ANNOTATION if warnings else ""
     if normalized is None:
-        denial = environment.refusal(items, ())
-        if denial is not None:
-            return Verdict.deny(denial)
-        return Verdict(allowed=True, patch=patch.ops, warnings=warnings)
+        forbidden = environment.refusal(items, ())
+        if forbidden is not None:
+            return Verdict.deny(forbidden, reason=FORBIDDEN_ENV)
+        reason = stripped or NOT_GPU_POD
+        return Verdict(allowed=True, patch=patch.ops, warnings=warnings, reason=reason)
     gpu_containers = {(c.init, c.name) for c in normalized.request.containers}
-    denial = (
-        environment.refusal(items, gpu_containers)
-        or _node_name(pod, policy)
-        or _privileged_gpu_container(pod, gpu_containers, policy.names)
-    )
-    if denial is None and quota is not None:
-        denial = _over_quota(request, quota, normalized.request, policy.names)
+    denial = _refusal(request, policy, quota, normalized.request, gpu_containers, items)
     if denial is not None:
-        return Verdict.deny(denial)
+        return denial
     route = choose_path(request.namespace, namespace_labels, policy.path, policy.dra_namespaces)
     warnings += route.warnings
     if route.path == "dra":
-        return _dra(request, policy, patch, normalized.request, gpu_containers, quota, warnings)
+        verdict = _dra(request, policy, patch, normalized.request, gpu_containers, quota, warnings)
+        if verdict.allowed:
+            verdict = replace(verdict, reason=stripped or DRA)
+        return verdict
     warnings += _route(patch, policy.scheduler_name)
     if policy.hide_gpus_from_other_containers:
         _hide_gpus(patch, gpu_containers)
     return Verdict(
-        allowed=True, patch=limit_patch(pod, normalized.changes) + patch.ops, warnings=warnings
+        allowed=True,
+        patch=limit_patch(pod, normalized.changes) + patch.ops,
+        warnings=warnings,
+        reason=stripped,
     )
+
+
+def _refusal(
+    request: AdmissionRequest,
+    policy: WebhookPolicy,
+    quota: QuotaLimits | None,
+    pod_request: PodRequest,
+    gpu_containers: set[tuple[bool, str]],
+    items: list[Container],
+) -> Verdict | None:
+    """The GPU pod's refusal, if any, in the order the module docstring gives."""
+    forbidden = environment.refusal(items, gpu_containers)
+    if forbidden is not None:
+        return Verdict.deny(forbidden, reason=FORBIDDEN_ENV)
+    pod = request.pod
+    node = _node_name(pod, policy)
+    if node is not None:
+        return Verdict.deny(node, reason="spec.nodeName")
+    privileged = _privileged_gpu_container(pod, gpu_containers, policy.names)
+    if privileged is not None:
+        field, message = privileged
+        return Verdict.deny(message, reason=reason_code(field))
+    if quota is not None:
+        over = _over_quota(request, quota, pod_request, policy.names)
+        if over is not None:
+            return Verdict.deny(over, reason=QUOTA_EXCEEDED)
+    return None
 
 
 def _dra(
@@ -116,7 +155,7 @@ def _dra(
     try:
         conversion = draconvert.convert(patch, pod_request, policy.names, request.namespace)
     except InvalidRequest as exc:
-        return Verdict.deny(str(exc), code=400)
+        return Verdict.deny(str(exc), code=400, reason=reason_code(exc.field))
     warnings += conversion.warnings
     if quota is not None:
         # The pod alone was checked above; the running total is the extender's, at bind time,
@@ -177,17 +216,18 @@ def _unknown_gpu_resource(pod: Mapping[str, Any], names: ResourceNames) -> str |
 
 def _privileged_gpu_container(
     pod: Mapping[str, Any], gpu_containers: set[tuple[bool, str]], names: ResourceNames
-) -> str | None:
+) -> tuple[str, str] | None:
+    """``(field, message)`` of the first GPU container that is privileged."""
     for init, index, container in _triples(pod):
         if (init, container.get("name")) not in gpu_containers:
             continue
         context = container.get("securityContext") or {}
         if context.get("privileged") is True:
-            kind = "initContainers" if init else "containers"
-            return (
-                f"spec.{kind}[{index}].securityContext.privileged must be false in container "
-                f"{container.get('name')!r}, which asks for {names.gpu}, got true "
-                "(a privileged container sees every GPU of the node)"
+            field = f"spec.{'initContainers' if init else 'containers'}[{index}]"
+            field += ".securityContext.privileged"
+            return field, (
+                f"{field} must be false in container {container.get('name')!r}, which asks "
+                f"for {names.gpu}, got true (a privileged container sees every GPU of the node)"
             )
     return None
 

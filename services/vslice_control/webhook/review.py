@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,10 +58,24 @@ class Verdict:
     objects: list[dict[str, Any]] = field(default_factory=list)
     """Objects that must exist before the request is admitted (a DRA pod's
     ResourceClaimTemplate): ``main`` creates them, except on a dry run; never encoded."""
+    reason: str = ""
+    """Why, as a short machine code for the metrics (the field of a refused value,
+    ``not_gpu_pod``, ...; :func:`reason_code`); never encoded."""
 
     @classmethod
-    def deny(cls, message: str, code: int = 403) -> Verdict:
-        return cls(allowed=False, message=message, code=code)
+    def deny(cls, message: str, code: int = 403, reason: str = "") -> Verdict:
+        return cls(allowed=False, message=message, code=code, reason=reason)
+
+
+_INDEX = re.compile(r"\[(?!')[^\]]*\]")
+
+
+def reason_code(field: str | None, default: str = "invalid") -> str:
+    """A field path as a metrics label: every index or name in brackets becomes ``[]``
+    (``spec.containers[3].env[0]`` -> ``spec.containers[].env[]``), so a pod cannot mint
+    label values; quoted keys (``limits['nvidia.com/gpumem']``, vslice's own resource names)
+    stay, since they say which value was wrong."""
+    return _INDEX.sub("[]", field) if field else default
 
 
 class NotAReview(InvalidRequest):
