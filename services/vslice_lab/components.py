@@ -58,6 +58,8 @@ class Certificates:
     state-annotation admission policy lets through)."""
     webhook_client: KeyPair
     """The API server's client certificate towards the webhook (``configs.WEBHOOK_CLIENT_NAME``)."""
+    prometheus: KeyPair
+    """The lab Prometheus's client certificate towards the https services (CN vslice-prometheus)."""
 
 
 # Simulated nodes' lease duration (kwok renews it, which keeps them Ready); 40 s is the

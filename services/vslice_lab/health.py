@@ -27,6 +27,8 @@ class Probe:
     url: str
     ca: Path | None = None
     client: KeyPair | None = None
+    expect: str | None = None
+    """Text a healthy answer contains; None: ``ok`` or etcd's ``"health":"true"``."""
 
     def _context(self) -> ssl.SSLContext | None:
         if not self.url.startswith("https://"):
@@ -52,6 +54,8 @@ class Probe:
         except (urllib.error.URLError, OSError, http.client.HTTPException) as error:
             reason = getattr(error, "reason", error)
             return f"not answering ({reason})"
+        if self.expect is not None:
+            return None if self.expect in body else f"unexpected answer {body.strip()[:80]!r}"
         if "ok" in body or '"health":"true"' in body.replace(" ", ""):
             return None
         return f"unexpected answer {body.strip()[:80]!r}"

@@ -22,11 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from vslice_build import binaries as binaries_module
+from vslice_build import prometheus as prometheus_binaries
 from vslice_build.versions import KUBERNETES_VERSION
 from vslice_core.dra import DRIVER
 from vslice_core.errors import InvalidRequest, VsliceError
 
-from vslice_lab import components, configs, dra, pki, processes, realnode, state
+from vslice_lab import components, configs, dra, pki, processes, prometheus, realnode, state
 from vslice_lab.cluster import SERVICES_GROUP, LabCluster, lab_parts, lab_values
 from vslice_lab.components import Certificates, Component
 from vslice_lab.errors import LabError
@@ -48,6 +49,7 @@ PORT_NAMES = (
     "kwok",
     "vslice-scheduler",
     "vslice-webhook",
+    prometheus.PORT_NAME,
 )
 
 
@@ -80,6 +82,9 @@ class LabOptions:
     checkout's ``shim/build``."""
     extender_settings: dict[str, Any] = field(default_factory=dict)
     """Extra ``vslice serve scheduler`` settings (the benchmark's ``leader_election``)."""
+    prometheus: bool | None = None
+    """Start Prometheus scraping the lab's services: True, False, or None = when it is found
+    (``vslice_build.prometheus``) and the lab runs vslice's services or a real node."""
     node_lease_seconds: int = components.NODE_LEASE_SECONDS
     """Node lease duration of the simulated nodes. Thousands of nodes renewing 40 s leases
     keep a small machine busy; the scheduling benchmark makes them long (the controller
@@ -216,6 +221,37 @@ def _start_all(
             realnode.start(node, context)
             record.nodes.append(node.name)
             state.save(layout, record)
+    _start_prometheus(layout, options, certs, record, [node.name for node in real], say)
+
+
+def _start_prometheus(
+    layout: Layout,
+    options: LabOptions,
+    certs: Certificates,
+    record: LabRecord,
+    real: Sequence[str],
+    say: Callable[[str], None],
+) -> None:
+    """Last, when every target's port is known; without the binary only a note (unless asked
+    for explicitly)."""
+    if options.prometheus is False:
+        return
+    if options.prometheus is None and not (record.webhook or real):
+        return  # nothing of vslice's to scrape: Kubernetes and simulated nodes only
+    found = prometheus_binaries.locate(options.bin_dirs)
+    if found is None:
+        message = (
+            "Prometheus not found, so nothing scrapes the lab's metrics: "
+            + prometheus_binaries.HOW_TO_GET
+        )
+        if options.prometheus:
+            raise LabError(message, component=prometheus.PORT_NAME)
+        say(message)
+        return
+    port = record.ports[prometheus.PORT_NAME]
+    component = prometheus.component(found, layout, certs, record, real, port)
+    _launch(layout, record, say, [component], options.timeout)
+    say(f"Prometheus scrapes the lab's services: {prometheus.url(record)}")
 
 
 def _control_plane(
@@ -421,6 +457,7 @@ def prepare_pki(layout: Layout) -> Certificates:
         webhook_client=pki.issue(
             ca, directory, "kube-apiserver-webhook-client", common_name=configs.WEBHOOK_CLIENT_NAME
         ),
+        prometheus=pki.issue(ca, directory, "vslice-prometheus", common_name="vslice-prometheus"),
     )
 
 
@@ -523,6 +560,8 @@ class ComponentStatus:
     pid: int
     running: bool
     problem: str | None
+    address: str = ""
+    """Where it answers (scheme, host and port of its health probe; a socket for containerd)."""
 
     @property
     def healthy(self) -> bool:
@@ -540,12 +579,23 @@ def status(state_dir: Path = DEFAULT_STATE_DIR) -> tuple[LabRecord, list[Compone
     for process in record.processes:
         running = processes.alive(process)
         problem = None if not running else probes[process.name].check()
+        probe = probes[process.name]
         lines.append(
             ComponentStatus(
-                process.name, process.pid, running, problem if running else "not running"
+                process.name,
+                process.pid,
+                running,
+                problem if running else "not running",
+                _address(probe.url),
             )
         )
     return record, lines
+
+
+def _address(url: str) -> str:
+    """``https://127.0.0.1:6443/readyz`` -> ``https://127.0.0.1:6443``."""
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://{rest.split('/', 1)[0]}" if scheme != "cri" else rest
 
 
 def ready_nodes(state_dir: Path = DEFAULT_STATE_DIR) -> set[str] | None:
@@ -592,6 +642,7 @@ def _probes(layout: Layout, record: LabRecord) -> dict[str, Probe]:
         "kwok": Probe(f"http://{HOST}:{port['kwok']}/healthz"),
         "vslice-scheduler": Probe(f"https://{HOST}:{port['vslice-scheduler']}/readyz", ca=ca),
         "vslice-webhook": Probe(f"https://{HOST}:{port['vslice-webhook']}/healthz", ca=ca),
+        prometheus.PORT_NAME: prometheus.probe(record),
     }
 
 

@@ -83,6 +83,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 action="store_true",
                 help="start Kubernetes and the nodes only, not the vslice extender and webhook",
             )
+            sub.add_argument(
+                "--no-prometheus",
+                action="store_true",
+                help="do not start Prometheus (default: start it when it is installed)",
+            )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -140,6 +145,7 @@ def _up(args: argparse.Namespace) -> int:
         services=services,
         progress=_progress,
         real_nodes=not args.simulated_only,
+        prometheus=False if args.no_prometheus else None,
     )
     layout = Layout.at(args.state_dir)
     stop = shell_command(["lab", "down", "--state-dir", str(args.state_dir)])
@@ -227,6 +233,7 @@ def _down(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
+    from vslice_lab import prometheus
     from vslice_lab.lab import ready_nodes, status
 
     result = status(args.state_dir)
@@ -241,10 +248,13 @@ def _status(args: argparse.Namespace) -> int:
     print(
         f"real node(s): {real}" + (f" ({record.real_node_note})" if record.real_node_note else "")
     )
+    metrics = prometheus.url(record)
+    print(f"Prometheus: {metrics}" if metrics else "Prometheus: not started")
     width = max(len(line.name) for line in lines) if lines else 0
+    at = max(len(line.address) for line in lines) if lines else 0
     for line in lines:
         health = "healthy" if line.healthy else f"UNHEALTHY: {line.problem}"
-        print(f"  {line.name:<{width}}  pid {line.pid:<7}  {health}")
+        print(f"  {line.name:<{width}}  pid {line.pid:<7}  {line.address:<{at}}  {health}")
     nodes_ok = ready is not None and set(record.nodes) <= ready
     return 0 if lines and nodes_ok and all(line.healthy for line in lines) else 1
 

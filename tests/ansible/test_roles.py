@@ -719,10 +719,26 @@ DEFAULT_VALUES: dict[str, object] = {
 }
 
 
+MONITORING: dict[str, object] = {
+    "vslice_control_plane_prometheus_operator": True,
+    "vslice_control_plane_prometheus_operator_labels": {"release": "kube-prometheus"},
+    "vslice_control_plane_grafana_dashboard": True,
+}
+MONITORING_VALUES: dict[str, object] = {
+    **DEFAULT_VALUES,
+    "prometheus": {
+        "operator": True,
+        "operator_labels": {"release": "kube-prometheus"},
+        "grafana_dashboard": True,
+        "targets": {"scheduler": ["127.0.0.1:8888"], "webhook": ["127.0.0.1:8443"]},
+    },
+}
+
+
 @pytest.mark.parametrize(
     ("variables", "values"),
-    [({}, DEFAULT_VALUES), (RENAMED, RENAMED_VALUES)],
-    ids=["defaults", "renamed"],
+    [({}, DEFAULT_VALUES), (RENAMED, RENAMED_VALUES), (MONITORING, MONITORING_VALUES)],
+    ids=["defaults", "renamed", "monitoring"],
 )
 def test_the_roles_files_are_what_vslice_manifests_renders_from_its_variables(
     tmp_path: Path, variables: dict[str, object], values: dict[str, object]
@@ -734,15 +750,94 @@ def test_the_roles_files_are_what_vslice_manifests_renders_from_its_variables(
 
     config, _ = _render_with_the_role(tmp_path, variables)
     expected = parse_values(values)
-    parts = [part for part in API_PARTS if part != "device-class"]
-    if not expected.gpu_namespaces:
-        parts.remove("gpu-namespaces")
+    optional = {
+        "device-class": False,
+        "gpu-namespaces": bool(expected.gpu_namespaces),
+        "prometheus-operator": expected.prometheus.operator,
+        "grafana-dashboard": expected.prometheus.grafana_dashboard,
+    }
+    parts = [part for part in API_PARTS if optional.get(part, True)]
     assert sorted(p.stem for p in (config / "manifests").iterdir()) == sorted(parts)
     for part in parts:
         assert _documents(config / "manifests" / f"{part}.yaml") == objects(expected, [part]), part
     scheduler = _documents(config / "scheduler.yaml")
     assert scheduler == objects(expected, ["kube-scheduler-config"])
     assert (config / "scheduler.yaml").stat().st_mode & 0o777 == 0o600
+
+
+def test_the_prometheus_files_are_what_vslice_manifests_renders(tmp_path: Path) -> None:
+    """tasks/prometheus.yml writes the scrape jobs and rules of the one source, with this host's
+    extender and webhook and every GPU node's agent and monitor as targets, and the CA."""
+    from vslice_control.install.manifests import objects
+    from vslice_control.install.values import parse_values
+
+    role = ROLES / "vslice_control_plane"
+    tls, prom = tmp_path / "tls", tmp_path / "prometheus"
+    tls.mkdir()
+    (tls / "ca.crt").write_text("-----BEGIN CERTIFICATE-----\nlab\n-----END CERTIFICATE-----\n")
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "children": {
+                        "vslice_control_plane": {"hosts": {"cp1": {"ansible_connection": "local"}}},
+                        "vslice_gpu_nodes": {"hosts": {"gpu1": None, "gpu2": None}},
+                    }
+                }
+            }
+        )
+    )
+    play = {
+        "name": "Render",
+        "hosts": "cp1",
+        "gather_facts": False,
+        "vars_files": [str(role / "defaults" / "main.yml"), str(role / "vars" / "main.yml")],
+        "tasks": [{"ansible.builtin.import_tasks": str(role / "tasks" / "prometheus.yml")}],
+    }
+    playbook = tmp_path / "render.yml"
+    playbook.write_text(yaml.safe_dump([play]))
+    overrides = tmp_path / "vars.json"
+    overrides.write_text(
+        json.dumps(
+            {
+                "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+                "vslice_release_prefix": str(_release_prefix(tmp_path)),
+                "vslice_control_plane_tls_dir": str(tls),
+                "vslice_control_plane_prometheus_dir": str(prom),
+                "vslice_control_plane_prometheus_scrape_interval": "15s",
+                "vslice_control_plane_scheduler_listen": "0.0.0.0:8888",
+                "__vslice_control_plane_ca_bundle": {"content": CA_BUNDLE},
+            }
+        )
+    )
+    result = run(
+        tool("ansible-playbook"),
+        "-i",
+        str(inventory),
+        "-e",
+        f"@{overrides}",
+        str(playbook),
+        timeout=300,
+    )
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    expected = parse_values(
+        {
+            "prometheus": {
+                "scrape_interval": "15s",
+                "ca_file": f"{prom}/ca.crt",
+                "targets": {
+                    "scheduler": ["cp1:8888"],
+                    "webhook": ["cp1:8443"],
+                    "node_agent": ["gpu1:9400", "gpu2:9400"],
+                    "monitor": ["gpu1:9401", "gpu2:9401"],
+                },
+            }
+        }
+    )
+    for part in ("prometheus-scrape", "prometheus-rules"):
+        assert _documents(prom / f"{part}.yaml") == objects(expected, [part]), part
+    assert (prom / "ca.crt").read_text() == (tls / "ca.crt").read_text()
 
 
 def test_a_second_run_changes_nothing_and_check_mode_writes_nothing(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from vslice_control.install import (
     admission,
     apiserver,
     dra,
+    monitoring,
     namespaces,
     rbac,
     scheduler,
@@ -53,6 +54,18 @@ PARTS: tuple[Part, ...] = (
     ),
     Part("gpu-namespaces", namespaces.gpu_namespaces, True, "tenant namespaces, Pod Security"),
     Part("device-class", dra.objects, True, "the DRA DeviceClass (with device_class)"),
+    Part(
+        "prometheus-operator",
+        monitoring.operator_objects,
+        True,
+        "ScrapeConfigs and a PrometheusRule (with prometheus.operator)",
+    ),
+    Part(
+        "grafana-dashboard",
+        monitoring.dashboard_objects,
+        True,
+        "the Grafana dashboard as a ConfigMap (with prometheus.grafana_dashboard)",
+    ),
     Part("kube-scheduler-config", scheduler.objects, False, "kube-scheduler's --config file"),
     Part(
         "admission-config",
@@ -66,6 +79,8 @@ PARTS: tuple[Part, ...] = (
         False,
         "the client certificate kube-apiserver shows the webhook",
     ),
+    Part("prometheus-scrape", monitoring.scrape_part, False, "scrape jobs for a Prometheus"),
+    Part("prometheus-rules", monitoring.rules_part, False, "vslice's recording and alert rules"),
 )
 PART_NAMES = tuple(part.name for part in PARTS)
 API_PARTS = tuple(part.name for part in PARTS if part.stored)

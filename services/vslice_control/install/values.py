@@ -136,6 +136,64 @@ class KubeApiserverValues(BaseModel):
     webhook_client_key_data: str = Field(default="", description="base64 of its PEM key")
 
 
+class PrometheusTargets(BaseModel):
+    """Where each vslice service answers ``GET /metrics``, as ``HOST:PORT``."""
+
+    model_config = _STRICT
+
+    scheduler: tuple[str, ...] = Field(default=(), description="each extender replica (https)")
+    webhook: tuple[str, ...] = Field(default=(), description="each webhook replica (https)")
+    node_agent: tuple[str, ...] = Field(default=(), description="each node agent (http)")
+    monitor: tuple[str, ...] = Field(default=(), description="each node's monitor (http)")
+
+
+class PrometheusValues(BaseModel):
+    """How a Prometheus scrapes vslice (docs/monitor.md): the scrape jobs, the client identity
+    it shows the https services, and the optional Prometheus Operator and Grafana objects."""
+
+    model_config = _STRICT
+
+    scrape_interval: str = Field(
+        default="30s", pattern="^[0-9]+(ms|s|m)$", description="scrape_interval of every job"
+    )
+    ca_file: str = Field(
+        default="/etc/vslice/prometheus/ca.crt",
+        description="on the Prometheus host: the CA of the extender's and webhook's certificates",
+    )
+    cert_file: str | None = Field(
+        default=None, description="on the Prometheus host: its client certificate (optional)"
+    )
+    key_file: str | None = Field(default=None, description="its private key")
+    targets: PrometheusTargets = Field(default_factory=PrometheusTargets)
+    targets_dir: str | None = Field(
+        default=None,
+        description="read each job's targets from <dir>/vslice-<job>.json (file-based "
+        "discovery, so adding a node rewrites a file, not the configuration); empty: the "
+        "targets are written into the jobs",
+    )
+    operator: bool = Field(
+        default=False,
+        description="also emit Prometheus Operator objects (ScrapeConfig, PrometheusRule)",
+    )
+    operator_labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="labels the site's Prometheus selects its ScrapeConfigs and rules by",
+    )
+    grafana_dashboard: bool = Field(
+        default=False,
+        description="also emit the dashboard as a ConfigMap for Grafana's dashboard sidecar",
+    )
+
+    @model_validator(mode="after")
+    def _key_with_cert(self) -> PrometheusValues:
+        if bool(self.cert_file) != bool(self.key_file):
+            raise ValueError(
+                f"give cert_file and key_file together, got cert_file {self.cert_file!r} and "
+                f"key_file {self.key_file!r}"
+            )
+        return self
+
+
 class InstallValues(BaseModel):
     """Everything an installation may choose; the defaults are the Ansible role's."""
 
@@ -176,6 +234,7 @@ class InstallValues(BaseModel):
     )
     kube_scheduler: KubeSchedulerValues = Field(default_factory=KubeSchedulerValues)
     kube_apiserver: KubeApiserverValues = Field(default_factory=KubeApiserverValues)
+    prometheus: PrometheusValues = Field(default_factory=PrometheusValues)
 
 
 def parse_values(data: Any) -> InstallValues:
