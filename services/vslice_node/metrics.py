@@ -14,9 +14,9 @@ may all import it, and it imports nothing of vslice.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
@@ -38,6 +38,20 @@ LATENCY_BUCKETS = (
     10.0,
     30.0,
 )
+
+
+
+def result_counter(
+    name: str, documentation: str, results: Iterable[str], registry: CollectorRegistry
+) -> Counter:
+    """A counter by ``result`` with every result present from the start at 0: ``rate()`` and
+    the dashboard need the zero, and a result seen for the first time would otherwise look
+    like a series that appeared, not one that rose."""
+    counter = Counter(name, documentation, ["result"], registry=registry)
+    for result in results:
+        counter.labels(result)
+    return counter
+
 
 # Types whose families carry a ``<name>_created`` sample in prometheus_client.
 _WITH_CREATED = frozenset({"counter", "histogram", "summary", "gaugehistogram"})

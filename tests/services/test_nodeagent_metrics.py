@@ -8,19 +8,19 @@ DRA path); the kubelet's calls arrive over the real gRPC sockets."""
 from __future__ import annotations
 
 import json
-import time
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import grpc
 import pytest
-from dra_fakes import Claims, Slices, allocated_claim
+from dra_fakes import Claims, Slices
 from kubelet import Kubelet
 from plugin_lab import GPU_A, NODE, Lab, allocate, gpu_pod, grant, make_lab
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
+from test_dra_node_agent import claim, wait_until
 from vslice_core.dra import DRIVER
 from vslice_core.errors import ClusterError, InvalidRequest
 from vslice_node.agent.main import http_service
@@ -39,19 +39,6 @@ from vslice_node.handover.container import PRELOAD_PATH
 from vslice_serving.httpserve import HttpService
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.05)
-
-
-def claim(uid: str, device: str) -> dict[str, Any]:
-    ref = ClaimRef(namespace="team-a", uid=uid, name=f"c-{uid}")
-    return allocated_claim(ref, device, NODE, memory="10Gi", cores="20", slots="1")
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -58,34 +59,28 @@ def test_every_alert_has_a_case(tmp_path: Path) -> None:
     assert alerts - tested == set(), "alerts without a firing case"
 
 
-def test_rule_cases_pass(promtool: Path, tmp_path: Path) -> None:
-    cases = yaml.safe_load(CASES.read_text())
+def _run_cases(
+    promtool: Path, cases: dict[str, Any], path: Path
+) -> subprocess.CompletedProcess[str]:
+    """``promtool test rules`` over ``cases``, pointed at the packaged rule file."""
     cases["rule_files"] = [str(_rules_file())]
-    written = tmp_path / "rules_test.yaml"
-    written.write_text(yaml.safe_dump(cases, sort_keys=False))
-    result = subprocess.run(
-        [str(promtool), "test", "rules", str(written)],
-        capture_output=True,
-        text=True,
-        check=False,
+    path.write_text(yaml.safe_dump(cases, sort_keys=False))
+    return subprocess.run(
+        [str(promtool), "test", "rules", str(path)], capture_output=True, text=True, check=False
     )
+
+
+def test_rule_cases_pass(promtool: Path, tmp_path: Path) -> None:
+    result = _run_cases(promtool, yaml.safe_load(CASES.read_text()), tmp_path / "rules_test.yaml")
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_a_broken_case_fails(promtool: Path, tmp_path: Path) -> None:
     """The harness can fail: a case that expects an alert that cannot fire is reported."""
     cases = yaml.safe_load(CASES.read_text())
-    cases["rule_files"] = [str(_rules_file())]
     first = cases["tests"][0]
     first["input_series"][0]["values"] = "0x5"  # the over-booked GPU is no longer over-booked
     cases["tests"] = [first]
-    written = tmp_path / "broken_test.yaml"
-    written.write_text(yaml.safe_dump(cases, sort_keys=False))
-    result = subprocess.run(
-        [str(promtool), "test", "rules", str(written)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    result = _run_cases(promtool, cases, tmp_path / "broken_test.yaml")
     assert result.returncode != 0
     assert "VsliceGpuOverbooked" in result.stdout + result.stderr

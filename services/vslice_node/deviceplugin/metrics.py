@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import Final, Literal
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Histogram
 
-from vslice_node.metrics import LATENCY_BUCKETS
+from vslice_node.metrics import LATENCY_BUCKETS, result_counter
 
 AllocationResult = Literal["allocated", "refused", "no_pending", "error"]
 RESULTS: Final[tuple[AllocationResult, ...]] = ("allocated", "refused", "no_pending", "error")
@@ -28,14 +28,12 @@ class AllocationMetrics:
         # A private registry by default: a servicer built without the agent (tests) counts
         # all the same, and nothing ever lands in prometheus_client's global registry.
         registry = registry if registry is not None else CollectorRegistry()
-        self.allocations = Counter(
+        self.allocations = result_counter(
             "vslice_deviceplugin_allocations",
             "Containers the kubelet asked Allocate for, by result",
-            ["result"],
-            registry=registry,
+            RESULTS,
+            registry,
         )
-        for result in RESULTS:  # every result from the start: rate() needs the zero
-            self.allocations.labels(result)
         self.allocate_seconds = Histogram(
             "vslice_deviceplugin_allocate_seconds",
             "Time to answer Allocate for one container",

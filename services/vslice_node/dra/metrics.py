@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Histogram
 
-from vslice_node.metrics import LATENCY_BUCKETS
+from vslice_node.metrics import LATENCY_BUCKETS, result_counter
 
 PrepareResult = Literal["prepared", "error"]
 UnprepareResult = Literal["unprepared", "error"]
@@ -28,23 +28,18 @@ class DraMetrics:
         # A private registry by default: a servicer built without the agent (tests) counts
         # all the same, and nothing ever lands in prometheus_client's global registry.
         registry = registry if registry is not None else CollectorRegistry()
-        self.prepares = Counter(
+        self.prepares = result_counter(
             "vslice_dra_prepares",
             "Claims the kubelet asked to prepare, by result",
-            ["result"],
-            registry=registry,
+            ("prepared", "error"),
+            registry,
         )
-        self.unprepares = Counter(
+        self.unprepares = result_counter(
             "vslice_dra_unprepares",
             "Claims the kubelet asked to unprepare, by result",
-            ["result"],
-            registry=registry,
+            ("unprepared", "error"),
+            registry,
         )
-        # Every result from the start: rate() needs the zero.
-        for result in ("prepared", "error"):
-            self.prepares.labels(result)
-        for result in ("unprepared", "error"):
-            self.unprepares.labels(result)
         self.prepare_seconds = Histogram(
             "vslice_dra_prepare_seconds",
             "Time to answer one NodePrepareResources call",
