@@ -40,7 +40,6 @@ LATENCY_BUCKETS = (
 )
 
 
-
 def result_counter(
     name: str, documentation: str, results: Iterable[str], registry: CollectorRegistry
 ) -> Counter:
