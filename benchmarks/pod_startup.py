@@ -1,21 +1,31 @@
 """Pod start-up on a real lab node: plain pods beside sliced pods, create to Running.
 
 Starts its own lab (state dir ``.lab-bench-startup`` unless ``--state-dir``) with one real node
-(2 fake GPUs x 32 slots, so 50 slices fit at once) and no simulated node, then runs two rounds
-on that node: ``--pods`` plain pods (no GPU; pinned to the node by a node selector, so they go
-through kube-scheduler as sliced pods do) and ``--pods`` sliced pods (512 MiB of one GPU and no
-compute limit, so 50 fit on two GPUs; through the webhook, the extender and the device plugin,
-with the shim injected by CDI). Within a round all pods are created at once from a thread pool; each
-pod's start-up time is from just before its create call to the first watch event that shows it
-Running with its container started. Both rounds run the same image and command (busybox
-``sleep`` from the lab's smoke image), so the ratio shows what vslice adds.
+(2 fake GPUs x 32 slots on the extender path, so 50 slices fit at once, and a third GPU on the
+DRA path with 64 slots) and no simulated node, then runs up to three rounds on that node:
+
+- ``plain``: ``--pods`` pods without a GPU (pinned to the node by a node selector, so they go
+  through kube-scheduler as sliced pods do);
+- ``sliced``: ``--pods`` pods asking 512 MiB of one GPU and no compute limit (50 fit on two
+  GPUs), through the webhook, the extender and the device plugin (Allocate), with the shim
+  injected by CDI;
+- ``dra``: ``--pods`` pods each with a ResourceClaimTemplate for 256 MiB of a GPU (50 fit on
+  the third GPU), allocated by kube-scheduler's DRA allocator and prepared by the node
+  agent's DRA driver (NodePrepareResources). Only where the lab's Kubernetes serves
+  consumable capacity (1.36 and newer, the default); ``--no-dra`` leaves it out.
+
+Within a round all pods are created at once from a thread pool; each pod's start-up time is
+from just before its create call to the first watch event that shows it Running with its
+container started. Every round runs the same image and command (busybox ``sleep`` from the
+lab's smoke image), so the ratios show what each vslice path adds.
 
 Needs what a real lab node needs (root, cgroups; see docs/lab.md) and no other lab with a real
 node on this machine. Prints one line per round and, last::
 
-    startup pods=50 plain_p99_s=<x> sliced_p99_s=<y> ratio=<y/x>
+    startup pods=50 plain_p99_s=<x> sliced_p99_s=<y> ratio=<y/x> dra_p99_s=<z> dra_ratio=<z/x>
 
-Targets (issue notes, docs/performance.md): ratio <= 1.2 and sliced p99 <= 5 s.
+(the ``dra_`` fields only when the DRA round ran). Targets (issue notes,
+docs/performance.md): ratio <= 1.2 and sliced p99 <= 5 s, the same for the DRA path.
 """
 
 from __future__ import annotations
@@ -35,23 +45,52 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes import watch
 from vslice_build.images import SMOKE_IMAGE
+from vslice_core.dra import DEVICE_CLASS
 from vslice_kube.client import api_client
+from vslice_lab import dra as lab_dra
 from vslice_lab import lab as lab_module
 from vslice_lab.layout import Layout
 
 NODE = "bench-real"
-GPUS = [f"GPU-be000000-0000-4000-8000-00000000000{i}" for i in range(2)]
+GPUS = [f"GPU-be000000-0000-4000-8000-00000000000{i}" for i in range(3)]
+DRA_GPU = 2  # the third GPU serves the DRA path; the first two the extender path
+TEMPLATE = "bench-slice"
+CLAIM = "gpu"
+ROUNDS = ("plain", "sliced", "dra")
 
 
 def inventory(path: Path) -> Path:
     gpus = [
-        {"uuid": uuid_, "model": "NVIDIA-L4", "memory_mib": 23034, "slots": 32} for uuid_ in GPUS
+        {
+            "uuid": uuid_,
+            "model": "NVIDIA-L4",
+            "memory_mib": 23034,
+            # Each DRA claim consumes one slot: 64 hold the round's 50 claims at once.
+            "slots": 64 if index == DRA_GPU else 32,
+        }
+        for index, uuid_ in enumerate(GPUS)
     ]
-    path.write_text(yaml.safe_dump({"nodes": [{"name": NODE, "kubelet": True, "gpus": gpus}]}))
+    node = {"name": NODE, "kubelet": True, "dra_gpus": [DRA_GPU], "gpus": gpus}
+    path.write_text(yaml.safe_dump({"nodes": [node]}))
     return path
 
 
-def pod(name: str, sliced: bool) -> dict[str, Any]:
+def claim_template() -> dict[str, Any]:
+    """256 MiB of one GPU of vslice's DRA class, no compute promise (as the sliced round)."""
+    exactly = {
+        "deviceClassName": DEVICE_CLASS,
+        "count": 1,
+        "capacity": {"requests": {"memory": "256Mi"}},
+    }
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": TEMPLATE},
+        "spec": {"spec": {"devices": {"requests": [{"name": "main", "exactly": exactly}]}}},
+    }
+
+
+def pod(name: str, kind: str) -> dict[str, Any]:
     container: dict[str, Any] = {
         "name": "main",
         "image": SMOKE_IMAGE,
@@ -60,13 +99,18 @@ def pod(name: str, sliced: bool) -> dict[str, Any]:
     }
     metadata: dict[str, Any] = {"name": name}
     spec: dict[str, Any] = {"containers": [container], "terminationGracePeriodSeconds": 0}
-    if sliced:
+    if kind == "sliced":
         container["resources"] = {
             "limits": {
                 "nvidia.com/gpu": "1",
                 "nvidia.com/gpumem": "512",
             }
         }
+    elif kind == "dra":
+        # As tests/e2e/test_dra_realnode.py writes a claim pod; only this node publishes DRA
+        # devices, so kube-scheduler's allocator places it there without a selector.
+        spec["resourceClaims"] = [{"name": CLAIM, "resourceClaimTemplateName": TEMPLATE}]
+        container["resources"] = {"claims": [{"name": CLAIM}]}
     else:
         spec["nodeSelector"] = {"kubernetes.io/hostname": NODE}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
@@ -79,9 +123,9 @@ def _running(item: Any) -> bool:
     return any(c.state and c.state.running for c in status.container_statuses or [])
 
 
-def round_trip(core: k8s.CoreV1Api, namespace: str, count: int, sliced: bool) -> list[float]:
-    """Create ``count`` pods at once; seconds from each create call to Running."""
-    prefix = "sliced" if sliced else "plain"
+def round_trip(core: k8s.CoreV1Api, namespace: str, count: int, kind: str) -> list[float]:
+    """Create ``count`` pods of ``kind`` at once; seconds from each create call to Running."""
+    prefix = kind
     started: dict[str, float] = {}
     seen: dict[str, float] = {}
     done = threading.Event()
@@ -107,7 +151,7 @@ def round_trip(core: k8s.CoreV1Api, namespace: str, count: int, sliced: bool) ->
     def create(index: int) -> None:
         name = f"{prefix}-{index}"
         started[name] = time.monotonic()
-        core.create_namespaced_pod(namespace, pod(name, sliced), _preload_content=False)
+        core.create_namespaced_pod(namespace, pod(name, kind), _preload_content=False)
 
     with ThreadPoolExecutor(max_workers=10) as pool:
         list(pool.map(create, range(count)))
@@ -135,6 +179,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--pods", type=int, default=50)
     parser.add_argument("--state-dir", type=Path, default=Path(".lab-bench-startup"))
+    parser.add_argument("--no-dra", action="store_true", help="leave out the DRA round")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         options = lab_module.LabOptions(
@@ -142,8 +187,14 @@ def main() -> int:
             inventory=inventory(Path(tmp) / "inventory.yaml"),
             progress=lambda message: print(f"lab: {message}", file=sys.stderr),
             timeout=180,
+            prometheus=False,  # its scrapes would be part of what is measured
         )
         record = lab_module.up(options)
+        rounds = [
+            r
+            for r in ROUNDS
+            if r != "dra" or (lab_dra.supported(options.version) and not args.no_dra)
+        ]
         try:
             if NODE not in record.real_nodes:
                 sys.exit(f"no real node: {record.real_node_note}")
@@ -157,23 +208,31 @@ def main() -> int:
                     break
                 except k8s.exceptions.ApiException:
                     time.sleep(0.2)
+            if "dra" in rounds:
+                template: Any = claim_template()  # the client takes dicts as they are
+                k8s.ResourceV1Api(api).create_namespaced_resource_claim_template(
+                    namespace, template, _preload_content=False
+                )
             results = {}
-            for sliced in (False, True):
-                times = round_trip(core, namespace, args.pods, sliced)
-                label = "sliced" if sliced else "plain"
-                results[label] = times
+            for kind in rounds:
+                times = round_trip(core, namespace, args.pods, kind)
+                results[kind] = times
                 print(
-                    f"{label}: pods={len(times)} p50_s={statistics.median(times):.2f} "
+                    f"{kind}: pods={len(times)} p50_s={statistics.median(times):.2f} "
                     f"p99_s={_p(times, 0.99):.2f} max_s={max(times):.2f}"
                 )
                 _delete_all(core, namespace)
         finally:
             lab_module.down(args.state_dir)
     plain, sliced_p99 = _p(results["plain"], 0.99), _p(results["sliced"], 0.99)
-    print(
+    line = (
         f"startup pods={args.pods} plain_p99_s={plain:.2f} sliced_p99_s={sliced_p99:.2f} "
         f"ratio={sliced_p99 / plain:.2f}"
     )
+    if "dra" in results:
+        dra_p99 = _p(results["dra"], 0.99)
+        line += f" dra_p99_s={dra_p99:.2f} dra_ratio={dra_p99 / plain:.2f}"
+    print(line)
     return 0
 
 

@@ -1,16 +1,18 @@
 """One node's state in the API server, as the node-side services see it.
 
-The device plugin lists the pods bound to its node (to find the allocation the kubelet is
-starting), marks allocations delivered, and keeps the node's GPU inventory annotation fresh.
-:class:`NodeState` does exactly those calls, each with a timeout so an unresponsive API server
-never hangs a kubelet call, and returns plain dicts as the API sent them. Failures arrive as
-:class:`vslice_core.errors.ClusterError` (with the server's Status code when there is one).
+The device plugin watches the pods bound to its node (to find the allocation the kubelet is
+starting; a list when the watch has not shown a pod yet), marks allocations delivered, and
+keeps the node's GPU inventory annotation fresh. :class:`NodeState` does exactly those calls,
+each with a timeout so an unresponsive API server never hangs a kubelet call, and returns
+plain dicts as the API sent them. Failures arrive as :class:`vslice_core.errors.ClusterError`
+(with the server's Status code when there is one; 410 for a watch that must list again).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,8 +23,9 @@ from vslice_core.errors import ClusterError
 from vslice_kube.apierrors import translated
 from vslice_kube.client import api_client
 from vslice_kube.responses import drained
+from vslice_kube.watch import _events, _interrupt  # the adapter's own watch-stream helpers
 
-__all__ = ["NodeState"]
+__all__ = ["NodeState", "PodWatchStream"]
 
 REQUEST_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 3.0
@@ -51,6 +54,39 @@ class NodeState:
                 _request_timeout=self._timeout,
             )
         return list(json.loads(response.data).get("items") or [])
+
+    def list_pods_on_node(self, node: str) -> tuple[list[dict[str, Any]], str]:
+        """Every pod bound to ``node`` and the list's resourceVersion (where a watch starts)."""
+        with translated(f"list pods on node {node}"):
+            response: Any = self._api.list_pod_for_all_namespaces(
+                field_selector=f"spec.nodeName={node}",
+                _preload_content=False,
+                _request_timeout=self._timeout,
+            )
+        body = json.loads(response.data)
+        version = str((body.get("metadata") or {}).get("resourceVersion") or "")
+        return list(body.get("items") or []), version
+
+    def watch_pods_on_node(
+        self, node: str, resource_version: str, timeout_s: float
+    ) -> PodWatchStream:
+        """The changes to ``node``'s pods after ``resource_version``; the server ends the
+        stream after ``timeout_s``. Bookmarks are asked for, so a quiet node's resourceVersion
+        stays fresh and a reconnect rarely meets 410 Gone."""
+        what = f"watch pods on node {node}"
+        seconds = max(1, int(timeout_s))
+        with translated(what):
+            response: Any = self._api.list_pod_for_all_namespaces(
+                field_selector=f"spec.nodeName={node}",
+                watch=True,
+                resource_version=resource_version,
+                allow_watch_bookmarks=True,
+                timeout_seconds=seconds,
+                _preload_content=False,
+                # The read timeout outlasts the server's own end of the stream.
+                _request_timeout=(self._timeout[0], seconds + 30),
+            )
+        return PodWatchStream(response, what)
 
     def annotate_pod(
         self, namespace: str, name: str, uid: str, annotations: Mapping[str, str | None]
@@ -103,3 +139,38 @@ class NodeState:
                     namespace, body, _preload_content=False, _request_timeout=self._timeout
                 )
             )
+
+
+class PodWatchStream:
+    """One open pod watch: its events as (type, object), ERROR events raised as ClusterError
+    (code 410 when the resourceVersion is too old). :meth:`close` may come from another
+    thread: it shuts the socket down, which ends a read that is waiting for the next event."""
+
+    def __init__(self, response: Any, what: str) -> None:
+        self._response = response
+        self._what = what
+
+    def __iter__(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        try:
+            with translated(self._what):
+                for event in _events(self._response):
+                    kind = str(event.get("type") or "")
+                    obj: dict[str, Any] = event.get("object") or {}
+                    if kind == "ERROR":
+                        code = obj.get("code")
+                        raise ClusterError(
+                            f"{self._what}: {code} {obj.get('message', obj)}",
+                            status=obj,
+                            code=code if isinstance(code, int) else None,
+                        )
+                    yield kind, obj
+        finally:
+            self._release()
+
+    def close(self) -> None:
+        _interrupt(self._response)
+        self._release()
+
+    def _release(self) -> None:
+        with contextlib.suppress(Exception):  # a connection already gone needs nothing
+            self._response.release_conn()

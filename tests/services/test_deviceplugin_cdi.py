@@ -27,12 +27,12 @@ from plugin_lab import (
     NODE,
     Lab,
     allocate,
-    delivered,
     gpu_pod,
     grant,
     inventory,
     make_lab,
 )
+from test_deviceplugin_grpc import recorded
 from vslice_node.handover.container import container_handover
 
 SPEC = "vslice.io-gpu.json"
@@ -123,7 +123,7 @@ def test_allocate_names_cdi_devices_that_the_nodes_spec_file_defines(running: La
         shim,
         "/etc/ld.so.preload",
     }
-    assert delivered(running.api, "train") == ["main"]
+    assert recorded(running, "train") == ["main"]
     status = running.plugin.status()
     assert status["injection"] == "cdi"
     assert status["cdi_spec"] == {"path": str(running.files / "cdi" / SPEC), "state": "written"}

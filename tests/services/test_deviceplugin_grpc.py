@@ -39,6 +39,13 @@ from vslice_node.deviceplugin.api import deviceplugin_pb2 as pb
 from vslice_node.handover.files import LIMITS_MODE
 
 
+def recorded(lab: Lab, name: str) -> list[str]:
+    """The pod's delivered record once the writer has written what it was given: the record
+    is written after Allocate answers, in the background."""
+    assert lab.plugin.allocator.deliveries.flush(5), "delivered records still waiting"
+    return delivered(lab.api, name)
+
+
 @pytest.fixture
 def lab(short_dir: Path, tmp_path: Path) -> Iterator[Lab]:
     # Everything in the Allocate response, as before CDI; test_deviceplugin_cdi.py covers CDI.
@@ -187,7 +194,7 @@ def test_allocate_hands_over_the_pods_slice_and_marks_it_delivered(running: Lab)
     limits = running.files / "limits" / "uid-train" / "main" / "limits"
     assert stat.S_IMODE(limits.stat().st_mode) == LIMITS_MODE == 0o444
     assert stat.S_IMODE(limits.parent.stat().st_mode) == 0o755
-    assert delivered(running.api, "train") == ["main"]
+    assert recorded(running, "train") == ["main"]
 
 
 def test_containers_of_one_pod_are_matched_in_order_and_recorded_together(running: Lab) -> None:
@@ -203,7 +210,7 @@ def test_containers_of_one_pod_are_matched_in_order_and_recorded_together(runnin
     assert one.envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "1000m"
     assert two.envs["NVIDIA_VISIBLE_DEVICES"] == f"{GPU_A},{GPU_B}"
     assert two.envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "2000m"
-    assert delivered(running.api, "pair") == ["first", "second"]
+    assert recorded(running, "pair") == ["first", "second"]
 
 
 def test_two_pods_starting_at_once_each_get_their_own_allocation(running: Lab) -> None:
@@ -226,8 +233,8 @@ def test_two_pods_starting_at_once_each_get_their_own_allocation(running: Lab) -
         thread.join(timeout=15)
     limits = sorted(answer.envs["CUDA_DEVICE_MEMORY_LIMIT_0"] for answer in answers)
     assert limits == ["1000m", "1001m"]
-    assert delivered(running.api, "job-0") == ["main"]
-    assert delivered(running.api, "job-1") == ["main"]
+    assert recorded(running, "job-0") == ["main"]
+    assert recorded(running, "job-1") == ["main"]
 
 
 def test_a_delivered_allocation_is_never_handed_out_twice(running: Lab) -> None:
@@ -284,7 +291,7 @@ def test_a_short_api_outage_delays_allocate_instead_of_failing_it(running: Lab) 
     threading.Timer(0.5, lambda: setattr(running.api, "reachable", True)).start()
     answer = allocate(running.client(), f"{GPU_A}::0")
     assert answer.envs["NVIDIA_VISIBLE_DEVICES"] == GPU_A
-    assert delivered(running.api, "train") == ["main"]
+    assert recorded(running, "train") == ["main"]
 
 
 def test_an_api_server_that_stays_away_gives_unavailable_with_the_reason(running: Lab) -> None:
@@ -310,7 +317,7 @@ def test_a_delivery_record_that_cannot_be_written_is_retried_and_not_lost(runnin
         if ann.DELIVERED in running.api.pod("team-a", "train")["metadata"]["annotations"]:
             break
         time.sleep(0.05)
-    assert delivered(running.api, "train") == ["main"]
+    assert recorded(running, "train") == ["main"]
 
 
 # -- the kubelet's own record (PodResources) ------------------------------------------------------

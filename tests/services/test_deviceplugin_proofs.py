@@ -17,7 +17,8 @@ from typing import Any
 import grpc
 import pytest
 from kubelet import Kubelet
-from plugin_lab import GPU_A, GPU_B, NODE, Lab, allocate, delivered, gpu_pod, grant, make_lab
+from plugin_lab import GPU_A, GPU_B, NODE, Lab, allocate, gpu_pod, grant, make_lab
+from test_deviceplugin_grpc import recorded
 from vslice_core import annotations as ann
 from vslice_core import proof
 
@@ -82,7 +83,7 @@ def test_a_signed_allocation_is_delivered(running: Lab) -> None:
     running.api.put_pod(signed(_pod("train")))
     answer = allocate(running.client(), f"{GPU_A}::0")
     assert answer.envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "30720m"
-    assert delivered(running.api, "train") == ["main"]
+    assert recorded(running, "train") == ["main"]
     assert (
         running.plugin.status()["allocation_proof"]
         == f"ok: 1 key(s) from {running.files}/allocation.keys"
@@ -132,7 +133,7 @@ def test_an_unproven_pod_never_takes_a_proven_pods_slice(running: Lab) -> None:
     running.api.put_pod(signed(_pod("honest", "2026-01-01T10:00:00Z", memory=1024)))
     answer = allocate(running.client(), f"{GPU_A}::0")
     assert answer.envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "1024m"
-    assert delivered(running.api, "honest") == ["main"]
+    assert recorded(running, "honest") == ["main"]
     assert running.api.events == []
 
 
@@ -154,7 +155,7 @@ def test_a_missing_or_bad_key_file_refuses_every_allocation_and_names_the_file(
         # Repaired on disk: the next Allocate works, no restart needed.
         _key_file(path, KEY)
         allocate(lab.client(), f"{GPU_A}::0")
-        assert delivered(lab.api, "train") == ["main"]
+        assert recorded(lab, "train") == ["main"]
 
 
 def test_a_rotated_key_file_is_read_again(running: Lab, keys: Path) -> None:

@@ -9,6 +9,9 @@ import dataclasses
 import json
 import stat
 import subprocess
+import threading
+import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -154,6 +157,35 @@ def test_an_unreachable_api_server_fails_only_that_claim(
     claims.fail = ClusterError("connection refused")
     answer = preparer(tmp_path, handover, claims).prepare([REF])[REF.uid]
     assert isinstance(answer, ClaimError) and "connection refused" in answer.message
+
+
+def test_a_slow_claim_read_holds_up_no_other_claim(tmp_path: Path, handover: Handover) -> None:
+    # Prepare reads each claim once, with no lock held: the kubelet prepares pods in
+    # parallel, and one claim waiting on the API server must not delay another pod's.
+    slow = ClaimRef(namespace="team", uid="claim-uid-slow", name="slow-gpu")
+    gate, entered = threading.Event(), threading.Event()
+
+    class SlowClaims(Claims):
+        def resource_claim(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+            if name == slow.name:
+                entered.set()
+                assert gate.wait(10)
+            return super().resource_claim(namespace, name)
+
+    claims = SlowClaims(allocated_claim(), allocated_claim(slow))
+    prep = preparer(tmp_path, handover, claims)
+    answers: list[Mapping[str, Prepared | ClaimError]] = []
+    waiting = threading.Thread(target=lambda: answers.append(prep.prepare([slow])))
+    waiting.start()
+    assert entered.wait(5)
+    started = time.monotonic()
+    assert isinstance(prep.prepare([REF])[REF.uid], Prepared)
+    assert time.monotonic() - started < 2 and waiting.is_alive()
+    gate.set()
+    waiting.join(10)
+    assert isinstance(answers[0][slow.uid], Prepared)
+    assert claims.reads == 2  # one read per claim
+    assert prep.checkpoint.uids() == {REF.uid, slow.uid}
 
 
 def test_an_unreadable_checkpoint_is_moved_aside(tmp_path: Path) -> None:

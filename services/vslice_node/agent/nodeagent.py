@@ -1,11 +1,11 @@
 """The device plugin assembled: backend -> device board -> gRPC endpoint, plus the loop that
-keeps the board, the node's inventory annotation, its CDI spec file and pending delivery
-records current.
+keeps the board, the node's inventory annotation and its CDI spec file current.
 
-Threads: the endpoint's kubelet link, the refresh loop, and gRPC's workers. Locks, in the only
-order they may nest: none nest. The board, the allocator and the endpoint status each guard
-their own state and never call out while holding their lock (the allocator calls the API
-server under its lock, which takes no vslice lock).
+Threads: the endpoint's kubelet link, the refresh loop, gRPC's workers, the allocator's pod
+view (list and watch of the node's pods) and its delivered-record writer. Locks, in the only
+order they may nest: none nest. The board, the allocator, the pod view, the writer and the
+endpoint status each guard their own state and never call out while holding their lock: no
+API server or kubelet call is made under any of them.
 """
 
 from __future__ import annotations
@@ -207,6 +207,9 @@ class NodeAgent:
         # Before registering: the kubelet must never hand out a device whose CDI name the
         # runtime cannot resolve yet.
         self.sync_node_files()
+        # Before the kubelet link: the pod view starts listing while registration runs. It
+        # never waits for the API server (until its first list, Allocate lists for itself).
+        self.allocator.start()
         # The kubelet link never waits for the API server: the first refresh runs in the loop.
         self.endpoint.start()
         if self.dra is not None:
@@ -219,21 +222,23 @@ class NodeAgent:
         if self.dra is not None:
             self.dra.stop()
         self.endpoint.stop()
+        # After the endpoint: no Allocate comes any more, and queued delivered records get
+        # their chance to be written before the process ends.
+        self.allocator.stop()
         self._refresher.join(timeout=10)
         self.backend.close()
         if self.pod_resources is not None:
             self.pod_resources.close()
 
     def refresh(self) -> None:
-        """One pass: backend -> board, host files and CDI spec, inventory annotation, delivery
-        records, stale dirs."""
+        """One pass: backend -> board, host files and CDI spec, inventory annotation, stale
+        dirs. (Delivered records have their own writer, which retries by itself.)"""
         inventory, on_dra = split(self.backend.inventory(), self.dra_gpus)
         self.board.update(virtual_devices(inventory.gpus))
         self.sync_node_files()
         self.annotation.maybe_write(inventory, time.monotonic())
         if self.dra is not None:
             self.dra.publisher.maybe_publish(on_dra, time.monotonic())
-        self.allocator.retry_deliveries()
         self.sweeper.maybe_sweep(time.monotonic())
         self.limits_sweeper.maybe_sweep(time.monotonic())
 
@@ -283,6 +288,8 @@ class NodeAgent:
                 else "not used"
             ),
             "pod_resources": self.pod_resources.state if self.pod_resources else "not used",
+            "pod_view": self.allocator.view.state,
+            "delivered_records_waiting": self.allocator.deliveries.waiting(),
             "allocation_proof": self.allocator.proofs.state,
             "dra": self.dra.status() if self.dra is not None else "not used",
         }
