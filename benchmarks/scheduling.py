@@ -321,6 +321,61 @@ def _sampler(profile: Path | None, pid: int | None) -> subprocess.Popen[bytes] |
     return sampler
 
 
+@dataclass(frozen=True)
+class Pprof:
+    """Where to take Go CPU profiles of kube-scheduler and kube-apiserver during a throughput
+    run (their ``/debug/pprof/profile``, as the lab's admin: system:masters passes their
+    delegated authorization), and where to write them."""
+
+    state_dir: Path
+    ports: dict[str, int]
+    out: Path
+    seconds: int = 10
+
+    def start(self, label: str) -> list[threading.Thread]:
+        pki = Layout.at(self.state_dir).pki
+        context = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+        context.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+        threads = []
+        for component in ("kube-scheduler", "kube-apiserver"):
+            url = (
+                f"https://{HOST}:{self.ports[component]}/debug/pprof/profile?seconds={self.seconds}"
+            )
+            target = self.out / f"{label}.{component}.pb.gz"
+
+            def fetch(url: str = url, target: Path = target) -> None:
+                with urllib.request.urlopen(url, context=context, timeout=self.seconds + 30) as r:
+                    target.write_bytes(r.read())
+
+            thread = threading.Thread(target=fetch, daemon=True)
+            thread.start()
+            threads.append(thread)
+        return threads
+
+    def report(self, label: str, threads: list[threading.Thread]) -> None:
+        """Wait for the profiles; print each one's top functions (``go tool pprof -top``)."""
+        for thread in threads:
+            thread.join(timeout=self.seconds + 40)
+        go = binaries_module.find_go()
+        for component in ("kube-scheduler", "kube-apiserver"):
+            path = self.out / f"{label}.{component}.pb.gz"
+            if not path.exists():
+                print(f"  pprof {label} {component}: no profile", flush=True)
+                continue
+            if go is None:
+                print(f"  pprof {label} {component}: {path} (no go to summarize it)", flush=True)
+                continue
+            top = subprocess.run(
+                [go, "tool", "pprof", "-top", "-nodecount=15", str(path)],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            print(f"  pprof {label} {component} ({path}):", flush=True)
+            for line in top.stdout.splitlines()[:22]:
+                print(f"    {line}", flush=True)
+
+
 def measure(
     core: k8s.CoreV1Api,
     scheduler_pid: int,
@@ -329,6 +384,7 @@ def measure(
     count: int,
     processes: dict[str, int] | None = None,
     profile: Path | None = None,
+    pprof: Pprof | None = None,
 ) -> float:
     """Pods/s from resuming the paused scheduler to the last bind; with ``profile``, the
     extender's stacks are sampled meanwhile (py-spy, collapsed-stack text)."""
@@ -352,6 +408,7 @@ def measure(
             wait_claims(core.api_client, namespace, count)
     finally:
         sampler = _sampler(profile, (processes or {}).get("vslice-scheduler"))
+        profiling = pprof.start(namespace) if pprof else []
         meter = CpuMeter(processes or {})
         started = time.monotonic()
         os.kill(scheduler_pid, signal.SIGCONT)
@@ -363,6 +420,8 @@ def measure(
         print(f"  extender profile: {profile}", flush=True)
     if processes:
         print(f"  {namespace} CPU ms per pod: {meter.per_pod(count)}", flush=True)
+    if pprof is not None:  # after the CPU meter: the profiles may still be running
+        pprof.report(namespace, profiling)
     return count / (binds.last_bind - started)
 
 
@@ -452,6 +511,7 @@ def run_size(
     rate: float,
     node_locks: bool,
     profile: Path | None = None,
+    pprof_dir: Path | None = None,
 ) -> Result:
     with tempfile.TemporaryDirectory(prefix="vslice-bench-") as tmp:
         inv = Path(tmp) / "inventory.yaml"
@@ -467,6 +527,7 @@ def run_size(
             extender_settings={"leader_election": not node_locks},
             # 5,000 nodes renewing 40 s leases would keep this machine busy by themselves.
             node_lease_seconds=1200,
+            prometheus=False,  # its scrapes would be part of what is measured
         )
         began = time.monotonic()
         record = lab_module.up(options)
@@ -475,7 +536,10 @@ def run_size(
             core = k8s.CoreV1Api(api_client(Layout.at(options.state_dir).kubeconfig, pool_size=32))
             scheduler = next(p.pid for p in record.processes if p.name == "kube-scheduler")
             processes = {p.name: p.pid for p in record.processes}
-            plain = measure(core, scheduler, "bench-plain", {PLAIN: "1"}, pods, processes)
+            pprof = Pprof(options.state_dir, record.ports, pprof_dir) if pprof_dir else None
+            plain = measure(
+                core, scheduler, "bench-plain", {PLAIN: "1"}, pods, processes, pprof=pprof
+            )
             plain_latency = latencies(core, "lat-plain", {PLAIN: "1"}, latency_pods, rate)
             print(
                 f"  plain:    {plain:8.1f} pods/s, p50 {plain_latency[0]:.0f} ms, "
@@ -495,7 +559,7 @@ def run_size(
                 return result
             gpu = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1024", "nvidia.com/gpucores": "5"}
             result.extender = measure(
-                core, scheduler, "bench-extender", gpu, pods, processes, profile
+                core, scheduler, "bench-extender", gpu, pods, processes, profile, pprof
             )
             result.extender_latency = latencies(core, "lat-extender", gpu, latency_pods, rate)
             print(f"  extender decisions: {_decisions(options.state_dir, record)}", flush=True)
@@ -517,7 +581,14 @@ class NullResult:
     null_latency: tuple[float, float]
 
 
-def run_null(nodes: int, pods: int, latency_pods: int, rate: float, binary: Path) -> NullResult:
+def run_null(
+    nodes: int,
+    pods: int,
+    latency_pods: int,
+    rate: float,
+    binary: Path,
+    pprof_dir: Path | None = None,
+) -> NullResult:
     """Plain beside the null extender, in a lab of its own: kube-scheduler takes one binding
     extender only, so the vslice extender is not registered here (nor the webhook started).
     Plain is measured again in this lab so that the null ratio compares like with like."""
@@ -534,6 +605,7 @@ def run_null(nodes: int, pods: int, latency_pods: int, rate: float, binary: Path
             extra_extenders=(ExtraExtender(f"https://{HOST}:{port}", NULL),),
             timeout=1800,
             node_lease_seconds=1200,
+            prometheus=False,
         )
         began = time.monotonic()
         record = lab_module.up(options)
@@ -545,9 +617,10 @@ def run_null(nodes: int, pods: int, latency_pods: int, rate: float, binary: Path
             scheduler = next(p.pid for p in record.processes if p.name == "kube-scheduler")
             processes = {p.name: p.pid for p in record.processes}
             processes["null-extender"] = process.pid
+            pprof = Pprof(options.state_dir, record.ports, pprof_dir) if pprof_dir else None
             plain = measure(core, scheduler, "bench-plain", {PLAIN: "1"}, pods, processes)
             plain_latency = latencies(core, "lat-plain", {PLAIN: "1"}, latency_pods, rate)
-            null = measure(core, scheduler, "bench-null", {NULL: "1"}, pods, processes)
+            null = measure(core, scheduler, "bench-null", {NULL: "1"}, pods, processes, pprof=pprof)
             null_latency = latencies(core, "lat-null", {NULL: "1"}, latency_pods, rate)
             print(
                 f"  plain:    {plain:8.1f} pods/s (null lab), p50 {plain_latency[0]:.0f} ms, "
@@ -589,6 +662,12 @@ def main() -> int:
     parser.add_argument(
         "--no-null", action="store_true", help="leave out the null extender's column"
     )
+    parser.add_argument(
+        "--pprof",
+        type=Path,
+        help="write Go CPU profiles of kube-scheduler and kube-apiserver during the plain, "
+        "extender and null throughput runs into this directory and print their top functions",
+    )
     args = parser.parse_args()
     null_binary, why_not = (None, "--no-null") if args.no_null else build_null_extender()
     if null_binary is None:
@@ -598,11 +677,17 @@ def main() -> int:
     for size in args.sizes:
         print(f"nodes={size}, {args.pods} pods per measurement, extender: {mode}", flush=True)
         profile = args.profile.with_suffix(f".{size}.txt") if args.profile else None
+        pprof_dir = args.pprof / str(size) if args.pprof else None
+        if pprof_dir is not None:
+            pprof_dir.mkdir(parents=True, exist_ok=True)
         results[size] = run_size(
-            size, args.pods, args.latency_pods, args.rate, args.node_locks, profile
+            size, args.pods, args.latency_pods, args.rate, args.node_locks, profile, pprof_dir
         )
         if null_binary is not None:
-            n = run_null(size, args.pods, args.latency_pods, args.rate, null_binary)
+            null_dir = pprof_dir / "null" if pprof_dir else None
+            if null_dir is not None:
+                null_dir.mkdir(exist_ok=True)
+            n = run_null(size, args.pods, args.latency_pods, args.rate, null_binary, null_dir)
             results[size].null = n.null
             results[size].null_latency = n.null_latency
             results[size].null_plain = n.plain
