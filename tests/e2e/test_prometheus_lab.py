@@ -96,7 +96,10 @@ def test_every_dashboard_query_returns_data(real_node: RealNode, namespace: str)
     real_node.smoke_pod(
         namespace,
         "holder",
-        ["hold", "--memory", "1g", "--seconds", "180"],
+        # Ends on its own soon after the checks: the fake driver cannot see a killed process's
+        # memory freed (its card counter is shared across the node's pid namespaces), so a
+        # holder deleted while it holds would leave 1 GiB of the card used for later tests.
+        ["hold", "--memory", "1g", "--seconds", "40"],
         memory_mib=2048,
         cores=30,
     )
@@ -133,6 +136,7 @@ def test_every_dashboard_query_returns_data(real_node: RealNode, namespace: str)
         query=f'vslice_quota_memory_used_bytes{{namespace="{namespace}"}}',
     )["result"]
     assert [float(r["value"][1]) for r in used] == [2048 * 2**20]
+    real_node.wait_finished(namespace, "holder")
 
 
 def test_lab_status_prints_prometheus_and_every_components_address(services: LabHandle) -> None:
