@@ -5,6 +5,8 @@ every departure a ``Ledger.release``, exactly the calls the extender makes, in s
 
 Fleet (default): 50 nodes x 8 GPUs, 25 nodes of NVIDIA-A100-SXM4-80GB (81,920 MiB, 10 slices
 per GPU) and 25 of NVIDIA-L4 (23,034 MiB, 4 slices per GPU); 20.5 TiB of GPU memory in all.
+``--fleet split`` has the same GPUs in 50 nodes of 4 A100s and 4 L4s each (the only fleet here
+where GPUs of one node differ, so the only one where the GPU order's choice between them shows).
 
 Workload (synthetic, seeded with ``--seed``): arrivals are a Poisson process of ``--rate``
 workloads per hour (default 200) over ``--hours`` (default 24). Each is
@@ -21,10 +23,11 @@ A *large* slice is 40 GiB per GPU or more: only an A100 holds one, and only one 
 left. 200 arrivals an hour offer about 70 % of the fleet's memory-time over a day (the bound
 below). ``--fleet a100`` runs the same trace on 50 nodes of 8 A100s instead (about 45 %).
 
-Policies: ``whole-gpu`` (each workload takes whole GPUs: ``memory_percent=100``, every core,
-so exclusive; restricted to models big enough for its demand; node policy binpack),
-``binpack`` (the slice asked for; node and GPU policy binpack) and ``spread`` (node and GPU
-policy spread).
+Policies: ``default`` (the slice asked for, no policy annotation: the engine's defaults, node
+policy binpack and GPU policy spread), ``whole-gpu`` (each workload takes whole GPUs:
+``memory_percent=100``, every core, so exclusive; restricted to models big enough for its
+demand; node policy binpack), ``binpack`` (the slice asked for; node and GPU policy binpack)
+and ``spread`` (node and GPU policy spread).
 
 Queue: one FIFO queue of the workloads that did not fit when they arrived, with skip-ahead
 (backfill without reservation): whenever room appears (a departure), the queue is scanned in
@@ -50,7 +53,7 @@ Figures per policy (time-weighted over the horizon, simulated time):
   memory-time, at most 1. It ignores time order, GPU sizes and slots, so it is not tight.
 
 Run: ``.venv/bin/python benchmarks/packing.py`` (options: --seed, --hours, --rate,
---policies, --fleet mixed|a100). One line per policy:
+--policies, --fleet mixed|a100|split). One line per policy:
 ``packing policy=<p> admitted=<n> large=<n> mem_util=<x> alloc_util=<x> wait_mean_s=<x>
 wait_p95_s=<x> stranded=<x> node_var=<x> of_bound=<x>`` (on one line). The functions are
 importable (tests/core/test_packing_benchmark.py runs small traces through them).
@@ -73,25 +76,31 @@ from vslice_core.model import Allocation, ContainerRequest, Gpu, NodeInventory, 
 
 GIB = 1024
 LARGE_MIB = 40 * GIB
-POLICIES = ("whole-gpu", "binpack", "spread")
+POLICIES = ("default", "whole-gpu", "binpack", "spread")
 
 
 @dataclass(frozen=True, slots=True)
 class NodeType:
-    """``count`` nodes of ``gpus`` GPUs of one model."""
+    """``count`` nodes of ``gpus`` GPUs of one model (with ``also``: half of them of that
+    other model, the higher indices)."""
 
     model: str
     memory_mib: int
     slots: int
     count: int
     gpus: int = 8
+    also: tuple[str, int, int] | None = None  # (model, MiB, slots)
 
 
 DEFAULT_FLEET = (
     NodeType("NVIDIA-A100-SXM4-80GB", 81920, 10, 25),
     NodeType("NVIDIA-L4", 23034, 4, 25),
 )
-FLEETS = {"mixed": DEFAULT_FLEET, "a100": (NodeType("NVIDIA-A100-SXM4-80GB", 81920, 10, 50),)}
+FLEETS = {
+    "mixed": DEFAULT_FLEET,
+    "a100": (NodeType("NVIDIA-A100-SXM4-80GB", 81920, 10, 50),),
+    "split": (NodeType("NVIDIA-A100-SXM4-80GB", 81920, 10, 50, also=("NVIDIA-L4", 23034, 4)),),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,18 +128,15 @@ def fleet(types: Sequence[NodeType] = DEFAULT_FLEET) -> list[NodeInventory]:
     """The node inventories: names ``<short model>-<n>``, GPUs indexed 0..gpus-1."""
     nodes = []
     for kind in types:
-        short = kind.model.split("-")[1].lower()
+        models = [(kind.model, kind.memory_mib, kind.slots)] * kind.gpus
+        if kind.also is not None:
+            models[kind.gpus // 2 :] = [kind.also] * (kind.gpus - kind.gpus // 2)
+        short = "".join(dict.fromkeys(model.split("-")[1].lower() for model, _, _ in models))
         for n in range(kind.count):
             name = f"{short}-{n:03d}"
             gpus = [
-                Gpu(
-                    uuid=f"GPU-{name}-{i}",
-                    model=kind.model,
-                    memory_mib=kind.memory_mib,
-                    slots=kind.slots,
-                    index=i,
-                )
-                for i in range(kind.gpus)
+                Gpu(uuid=f"GPU-{name}-{i}", model=model, memory_mib=memory, slots=slots, index=i)
+                for i, (model, memory, slots) in enumerate(models)
             ]
             nodes.append(NodeInventory(name=name, gpus=gpus))
     return nodes
@@ -179,11 +185,13 @@ def request_for(workload: Workload, policy: str, nodes: Sequence[NodeInventory])
         whole = ContainerRequest(name="main", gpus=workload.gpus, memory_percent=100, cores=100)
         types = big_enough if len(big_enough) < len(models) else []
         return PodRequest(**meta, containers=[whole], gpu_types=types, gpu_policy="binpack")
-    if policy not in ("binpack", "spread"):
+    if policy not in ("default", "binpack", "spread"):
         raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
     share = ContainerRequest(
         name="main", gpus=workload.gpus, memory_mib=workload.memory_mib, cores=workload.cores
     )
+    if policy == "default":
+        return PodRequest(**meta, containers=[share])
     return PodRequest(**meta, containers=[share], node_policy=policy, gpu_policy=policy)
 
 

@@ -67,6 +67,7 @@ from vslice_core.placement import (
     node_state,
     quick_reject,
     types_match,
+    walk_floors,
 )
 from vslice_core.ranking import NodeRanking
 
@@ -165,6 +166,10 @@ class Ledger:
         self._ranking = NodeRanking()
         self._blocks: dict[str, dict[str, str]] = {}  # node -> {block key: why}
         self._over: dict[str, set[str]] = {}  # node -> uuids of its over-booked GPUs
+        # The least memory seen per GPU model, for the binpack walk's first size class
+        # (placement.walk_floors). Never lowered back on a node's removal: a stale entry
+        # only starts a walk earlier than it could, never past a node that fits.
+        self._model_memory: dict[str, int] = {}
 
     @contextmanager
     def bulk(self) -> Iterator[None]:
@@ -191,6 +196,9 @@ class Ledger:
         with self._lock:
             state = node_state(inventory, dict(used or {}))
             self._nodes[inventory.name] = state
+            for gpu in state.gpus:
+                if gpu.memory < self._model_memory.get(gpu.model, gpu.memory + 1):
+                    self._model_memory[gpu.model] = gpu.memory
             self._inventories[inventory.name] = inventory
             for uid in sorted(self._by_node.get(inventory.name, ())):
                 self._apply_charges(state, self._pods[uid], 1)
@@ -402,7 +410,13 @@ class Ledger:
         unfiltered = None if few else names  # candidates the walk itself does not filter by
         wanted: set[str] | None = None
         nodes = self._nodes
-        for name in self._ranking.walk(ask.node_policy, names if few else None, ask.need_idle):
+        size, free = (
+            walk_floors(ask, self._model_memory) if ask.node_policy == "binpack" else (0, 0)
+        )
+        walk = self._ranking.walk(
+            ask.node_policy, names if few else None, ask.need_idle, size, free
+        )
+        for name in walk:
             if wanted is not None and name not in wanted:
                 continue
             state = nodes[name]
@@ -615,7 +629,9 @@ class Ledger:
         node stays out of the ranking, so no decision walks to it."""
         if state.name in self._blocks:
             return
-        self._ranking.put(state.name, state.load, state.idle_gpus)
+        self._ranking.put(
+            state.name, state.load, state.idle_gpus, state.largest_memory, state.max_free_memory
+        )
 
     def _unblock(self, key: str) -> None:
         for node in [n for n, blocks in self._blocks.items() if key in blocks]:

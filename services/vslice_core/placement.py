@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from vslice_core.model import (
@@ -79,6 +79,7 @@ class NodeState:
     models: frozenset[str]
     base: dict[str, GpuUsage]
     total_memory: int = 0
+    largest_memory: int = 0  # of its largest GPU: the node's size class for binpack
     used_memory: int = 0
     open_gpus: int = 0
     idle_gpus: int = 0
@@ -157,6 +158,7 @@ def node_state(inventory: NodeInventory, used: dict[str, GpuUsage] | None = None
         models=frozenset(gpu.model for gpu in gpus),
         base=base,
         total_memory=sum(gpu.memory for gpu in gpus),
+        largest_memory=max((gpu.memory for gpu in gpus), default=0),
     )
     state.refresh()
     return state
@@ -264,6 +266,24 @@ def _type_ok(ask: Ask, model: str) -> bool:
     if ask.types and not any(t in model for t in ask.types):
         return False
     return not any(t in model for t in ask.types_exclude)
+
+
+def walk_floors(ask: Ask, model_memory: Mapping[str, int]) -> tuple[int, int]:
+    """Lower bounds for any node that can take the pod: (MiB of its largest GPU, most MiB
+    free on one of its open GPUs); the binpack walk skips the nodes below them
+    (:mod:`vslice_core.ranking`).
+
+    A GPU that takes a container is open, of a model the type selectors allow and has at
+    least the MiB asked free; ``model_memory`` holds the least memory seen per (lower-case)
+    model, so a percent request needs at least that percentage of the smallest allowed one.
+    """
+    if ask.types or ask.types_exclude:
+        allowed = [memory for model, memory in model_memory.items() if _type_ok(ask, model)]
+    else:
+        allowed = list(model_memory.values())
+    smallest = min(allowed, default=0)
+    size = max(ask.need_memory, smallest)
+    return size, max(ask.need_memory, smallest * ask.need_percent // 100)
 
 
 def quick_reject(node: NodeState, ask: Ask) -> bool:
@@ -443,18 +463,33 @@ def _ordered(
     policy = ask.gpu_policy
     if policy == "topology" and want.count == 1:
         return sorted(gpus, key=lambda g: (_link_sum(node, g), g.index))
-    if policy not in ("spread", "binpack"):
+    if policy == "binpack":
+        return sorted(gpus, key=lambda g: _best_fit(g, want, delta))
+    if policy != "spread":
         return sorted(gpus, key=lambda g: (want.init and g.uuid not in delta, g.index))
-    sign = 1 if policy == "spread" else -1
 
     def key(gpu: GpuState) -> tuple[bool, float, int, int, int]:
         extra = delta.get(gpu.uuid, (0, 0, 0))
         load = (gpu.used_memory + extra[1]) / gpu.memory
         slots, cores = gpu.used_slots + extra[0], gpu.used_cores + extra[2]
         preferred = want.init and gpu.uuid not in delta
-        return (preferred, sign * load, sign * slots, sign * cores, gpu.index)
+        return (preferred, load, slots, cores, gpu.index)
 
     return sorted(gpus, key=key)
+
+
+def _best_fit(gpu: GpuState, want: Want, delta: Delta) -> tuple[bool, int, int, int, int]:
+    """Binpack's GPU key: the least memory left after the slice (MiB, not share), then the
+    most slices, then the fewest cores left, then the lower index.
+
+    By share, a slice an L4 can hold went to a fuller-by-share A100 beside it and cut into
+    room only an A100 has; best fit leaves the largest holes whole. On GPUs of one size and
+    core count it is the share order (HAMi's binpack rule as vslice renders it) exactly.
+    """
+    extra = delta.get(gpu.uuid, (0, 0, 0))
+    left = gpu.memory - gpu.used_memory - extra[1] - want.memory_on(gpu)
+    slots, cores_left = gpu.used_slots + extra[0], gpu.cores - gpu.used_cores - extra[2]
+    return (want.init and gpu.uuid not in delta, left, -slots, cores_left, gpu.index)
 
 
 def _link_sum(node: NodeState, gpu: GpuState) -> int:
@@ -500,6 +535,8 @@ def _grown_set(node: NodeState, gpus: list[GpuState], count: int) -> list[GpuSta
 
 
 def node_score(node: NodeState, policy: str) -> float:
-    """0..10, higher is preferred: binpack favours full nodes, spread empty ones."""
+    """0..10, higher is preferred: binpack favours full nodes, spread empty ones (the share of
+    memory in use, as HAMi's). Binpack ranks by the size of a node's largest GPU first and by
+    this score among nodes of one size (:mod:`vslice_core.ranking`)."""
     load = node.load
     return round(10 * (load if policy == "binpack" else 1 - load), 4)

@@ -1,5 +1,7 @@
+from typing import Any
+
 from core_builders import container, gpu, ledger, node, request, used
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from vslice_core.cluster import build_ledger, parse_cluster
 from vslice_core.model import ContainerRequest, PodRequest
@@ -10,7 +12,7 @@ from vslice_core.placement import (
     may_fit,
     quick_reject,
 )
-from vslice_core.ranking import IDLE_LEVELS, NodeRanking
+from vslice_core.ranking import IDLE_LEVELS, POLICIES, ROOM_LEVELS, NodeRanking
 
 
 def test_nodes_are_walked_best_first_with_ties_to_the_smaller_name() -> None:
@@ -168,3 +170,87 @@ def test_many_candidates_skip_a_better_ranked_node_that_is_not_one_of_them() -> 
     assert state.decide(one, everyone_else).node == "node-14"
     assert state.decide(one, iter(everyone_else)).node == "node-14"
     assert state.decide(one, ["ghost"] * 4).node is None
+
+
+# Nodes of three GPU sizes; changes move them between sizes, loads, idle GPUs and free MiB.
+# Few names, so a node changes again while it is in the lists; puts outnumber the rest, so
+# most changes are moves one by one (a defer re-sorts the few lists from scratch).
+SIZES = (15360, 23034, 81920)
+ROOMS = (0, 1000, 2047, 2048, 5000, 6143, 6144, 16384, 23034, 70000, 81920)
+RANKED_NAMES = [f"n{i}" for i in range(5)]
+a_put = st.tuples(
+    st.just("put"),
+    st.sampled_from(RANKED_NAMES),
+    st.sampled_from([0.0, 0.25, 0.5, 1.0]),
+    st.integers(0, IDLE_LEVELS + 1),
+    st.sampled_from(SIZES),
+    st.sampled_from(ROOMS),
+)
+ranked_ops = st.lists(
+    st.one_of(
+        a_put,
+        a_put,
+        a_put,
+        st.tuples(st.just("remove"), st.sampled_from(RANKED_NAMES)),
+        st.tuples(st.just("defer")),
+        st.tuples(st.just("resume")),
+    ),
+    max_size=40,
+)
+Ranked = dict[str, tuple[float, int, int, int]]
+
+
+def recount(entries: Ranked, policy: str, idle: int, size: int, room: int) -> list[str]:
+    """The walk's contract, from scratch: the nodes with enough idle GPUs (up to
+    ``IDLE_LEVELS``), and for binpack a large enough GPU and, unless idle GPUs are asked, a GPU
+    with the room level's MiB free; binpack by (size, -load, name), spread by (load, name)."""
+    level = max((t for t in ROOM_LEVELS if t <= room), default=0)
+    kept = []
+    for name, (_, free_idle, largest, most_free) in entries.items():
+        if free_idle < min(idle, IDLE_LEVELS):
+            continue
+        if policy == "binpack" and (largest < size or (idle <= 0 and most_free < level)):
+            continue
+        kept.append(name)
+    if policy == "binpack":
+        return sorted(kept, key=lambda n: (entries[n][2], -entries[n][0], n))
+    return sorted(kept, key=lambda n: (entries[n][0], n))
+
+
+WALKS = [("binpack", 0, size, room) for size in (0, *SIZES) for room in ROOMS] + [
+    (policy, idle, size, 0)
+    for policy in POLICIES
+    for idle in (1, 2, IDLE_LEVELS, IDLE_LEVELS + 1)
+    for size in (0, SIZES[1])
+]
+
+
+@settings(max_examples=200, deadline=None)
+@given(ranked_ops, st.lists(st.sampled_from([*RANKED_NAMES, "ghost"]), max_size=3))
+def test_the_ranking_matches_a_recount_after_every_change(
+    ops: list[tuple[Any, ...]], names: list[str]
+) -> None:
+    ranking, entries = NodeRanking(), Ranked()
+    for op in ops:
+        if op[0] == "put":
+            ranking.put(*op[1:])
+            entries[op[1]] = op[2:]
+        elif op[0] == "remove":
+            ranking.remove(op[1])
+            entries.pop(op[1], None)
+        elif op[0] == "defer":
+            ranking.defer()
+        else:
+            ranking.resume()
+        for policy, idle, size, room in WALKS:
+            walked = list(ranking.walk(policy, idle=idle, size=size, room=room))
+            assert walked == recount(entries, policy, idle, size, room)
+            # Never left out: a node that has what was asked (the room itself, not its level).
+            for name, (_, free_idle, largest, most_free) in entries.items():
+                if free_idle >= idle and largest >= size and most_free >= room:
+                    assert name in walked
+            # Candidates keep the order; the walk may leave out more of them (few candidates
+            # are sorted directly, without the room lists), never one in the full walk.
+            filtered = list(ranking.walk(policy, names, idle=idle, size=size, room=room))
+            assert set(filtered) <= set(names)
+            assert [n for n in filtered if n in walked] == [n for n in walked if n in names]

@@ -121,3 +121,25 @@ def test_an_unknown_policy_names_the_choices() -> None:
     nodes = packing.fleet([A100])
     with pytest.raises(ValueError, match="whole-gpu, binpack, spread, got 'tetris'"):
         packing.request_for(notebook("x", 0.0), "tetris", nodes)
+
+
+def test_on_a_mixed_fleet_binpack_puts_notebooks_on_the_small_gpus_and_keeps_a100s_whole() -> None:
+    # One node of 4 A100s, one of 4 L4s: four 8 GiB notebooks, then four whole-A100 jobs. By
+    # share of memory in use, binpack sent every notebook to the A100 node (the first on the
+    # name tie, the rest as it was then the fuller) and left three whole A100s (measured on
+    # the engine before); by GPU size it fills the L4s first.
+    l4 = packing.NodeType("NVIDIA-L4", 23034, 4, 1, gpus=4)
+    nodes = packing.fleet([packing.NodeType("NVIDIA-A100-SXM4-80GB", 81920, 10, 1, gpus=4), l4])
+    small = [notebook(f"nb-{i}", i * 10.0) for i in range(4)]
+    trace = [*small, *(whole_a100(f"big-{i}", 100.0 + i) for i in range(4))]
+    results = {p: packing.simulate(trace, nodes, p, horizon_s=HOUR) for p in packing.POLICIES}
+    for policy in ("binpack", "default"):
+        assert results[policy].large_admitted == 4
+        assert {results[policy].started[w.uid] for w in small} == {"l4-000"}
+        assert results[policy].large_admitted >= results["spread"].large_admitted
+
+
+def test_the_split_fleet_has_both_models_in_every_node() -> None:
+    nodes = packing.fleet(packing.FLEETS["split"])
+    assert len(nodes) == 50 and nodes[0].name == "a100l4-000"
+    assert [gpu.memory_mib for gpu in nodes[0].gpus] == [81920] * 4 + [23034] * 4

@@ -258,3 +258,59 @@ def test_gpu_usage_is_compared_by_memory_then_slices_then_cores() -> None:
     assert uuids(state.decide(request(container(mem=1, cores=10)))) == ["G2"]
     binpack = {"vslice.io/gpu-policy": "binpack"}
     assert uuids(state.decide(request(container(mem=1, cores=10), annotations=binpack))) == ["G0"]
+
+
+L4 = "NVIDIA-L4"
+
+
+def test_node_binpack_fills_the_nodes_of_the_smallest_gpus_first() -> None:
+    # The A100 node is the fuller by share (HAMi's node score), but a slice an L4 can hold goes
+    # to the L4 node, so the A100s stay whole for what only they can hold.
+    state = ledger(
+        node("a100-node", gpu("A0", used=half()), gpu("A1")),
+        node(
+            "l4-node", gpu("L0", model=L4, memory_mib=23034), gpu("L1", model=L4, memory_mib=23034)
+        ),
+    )
+    assert state.decide(request(container(mem=4096, cores=10))).node == "l4-node"
+    assert state.decide(request(container(mem=40960, cores=50))).node == "a100-node"
+    assert state.decide(request(container(gpu=1))).node == "l4-node"  # any whole GPU will do
+    assert state.decide(request(container(gpu=1, mem=81920))).node == "a100-node"
+    # The reported score is unchanged: the share of the node's memory in use.
+    scores = state.decide(request(container(mem=4096)), explain=True).nodes
+    assert (scores["a100-node"].score, scores["l4-node"].score) == (2.5, 0.0)
+    assert state.ranked("binpack") == ["l4-node", "a100-node"]
+    assert state.ranked("spread") == ["l4-node", "a100-node"]  # spread: emptiest by share
+
+
+def test_node_binpack_walks_past_the_nodes_too_small_or_of_another_model() -> None:
+    nodes = [node(f"l4-{i}", gpu(f"L{i}", model=L4, memory_mib=23034)) for i in range(3)]
+    state = ledger(
+        *nodes, node("t4-0", gpu("T0", model=T4, memory_mib=15360)), node("zz", gpu("A"))
+    )
+    assert state.decide(request(container(mem=16000, cores=10))).node == "l4-0"
+    assert state.decide(request(container(mem=30000, cores=10))).node == "zz"
+    a100 = {"vslice.io/gpu-type": "a100"}
+    assert state.decide(request(container(mem=100), annotations=a100)).node == "zz"
+    t4 = {"vslice.io/gpu-type": "t4"}
+    assert state.decide(request(container(pct=50), annotations=t4)).node == "t4-0"
+    assert state.decide(request(container(mem=16000, cores=10)), ["zz", "l4-2"]).node == "l4-2"
+
+
+def test_gpu_binpack_takes_the_best_fit_in_mib_not_in_share() -> None:
+    # G0 is the fuller by share (50 % of 80 GiB), G1 by what is left (12,000 MiB of 16,000).
+    gpus = [gpu("G0", used=half()), gpu("G1", model=T4, memory_mib=16000, used=half(4000))]
+    state = ledger(node("node-1", *gpus))
+    binpack = {"vslice.io/gpu-policy": "binpack"}
+    assert uuids(state.decide(request(container(mem=8000), annotations=binpack))) == ["G1"]
+    assert uuids(state.decide(request(container(mem=13000), annotations=binpack))) == ["G0"]
+    # A percentage is measured on each GPU: 10 % leaves 10,400 MiB on G1, 32,768 on G0.
+    assert uuids(state.decide(request(container(pct=10), annotations=binpack))) == ["G1"]
+    # Memory left being equal, the GPU with more slices in use, then fewer cores left, wins.
+    even = [
+        gpu("E0", memory_mib=1000, used=used(slots=1, memory_mib=500, cores=10)),
+        gpu("E1", memory_mib=2000, used=used(slots=2, memory_mib=1500, cores=10)),
+        gpu("E2", memory_mib=3000, used=used(slots=2, memory_mib=2500, cores=30)),
+    ]
+    state = ledger(node("node-1", *even))
+    assert uuids(state.decide(request(container(mem=100, cores=10), annotations=binpack))) == ["E2"]

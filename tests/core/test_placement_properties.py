@@ -9,7 +9,7 @@ from vslice_core.cluster import Cluster, build_ledger, parse_cluster
 from vslice_core.errors import NoFit
 from vslice_core.ledger import Ledger, charges
 from vslice_core.model import ContainerRequest, PodRequest
-from vslice_core.placement import NodeState
+from vslice_core.placement import GpuState, NodeState, Want, compile_request, gpu_reason
 
 MODELS = ("NVIDIA-A100-SXM4-80GB", "Tesla-T4", "NVIDIA-L40S")
 
@@ -298,3 +298,169 @@ def test_every_change_of_usage_keeps_the_node_summaries_current(
         if placed and data.draw(st.booleans()):
             ledger.release(placed.pop(data.draw(st.integers(0, len(placed) - 1))))
             assert_node_summaries_are_current(ledger)
+
+
+def one_gpu_ask(draw: st.DrawFn, count: int) -> PodRequest:
+    percent = draw(st.none() | st.integers(1, 100))
+    wanted = ContainerRequest(
+        name="main",
+        gpus=count,
+        memory_mib=None if percent else draw(st.integers(1, 16000)),
+        memory_percent=percent,
+        cores=draw(st.sampled_from((0, 10, 50, 100))),
+    )
+    return PodRequest(containers=[wanted], gpu_policy="binpack")
+
+
+@st.composite
+def one_node_binpack(draw: st.DrawFn, same_size: bool) -> tuple[Cluster, PodRequest]:
+    count = draw(st.integers(1, 6))
+    node_gpus = [draw(gpus(f"G{i}")) for i in range(count)]
+    if same_size:  # one model and size: where HAMi's share rule is defined the same way
+        size = node_gpus[0]["memory_mib"]
+        for entry in node_gpus:
+            entry.update(model=MODELS[0], memory_mib=size)
+            if "used" in entry:
+                entry["used"]["memory_mib"] = min(entry["used"]["memory_mib"], size)
+    pod = one_gpu_ask(draw, draw(st.integers(1, 3)))
+    return parse_cluster({"nodes": [{"name": "n", "gpus": node_gpus}]}), pod
+
+
+def chosen(ledger: Ledger, pod: PodRequest) -> list[str] | None:
+    decision = ledger.decide(pod)
+    if decision.allocation is None:
+        return None
+    return [grant.uuid for grant in decision.allocation.containers[0].gpus]
+
+
+def expected_gpus(state: NodeState, pod: PodRequest, key: Any) -> list[str] | None:
+    """The first ``gpus`` GPUs that can take the container, in ``key`` order, by index."""
+    ask = compile_request(pod)
+    want = ask.wants[0]
+    fitting = [g for g in state.gpus if gpu_reason(g, want, ask, None) is None]
+    if len(fitting) < want.count:
+        return None
+    best = sorted(fitting, key=lambda g: key(g, want))[: want.count]
+    return [g.uuid for g in sorted(best, key=lambda g: g.index)]
+
+
+def best_fit(gpu: GpuState, want: Want) -> tuple[int, int, int, int]:
+    left = gpu.memory - gpu.used_memory - want.memory_on(gpu)
+    return (left, -gpu.used_slots, gpu.cores - gpu.used_cores, gpu.index)
+
+
+def share_order(gpu: GpuState, want: Want) -> tuple[float, int, int, int]:
+    """vslice's rendering of HAMi's binpack GPU order: most memory in use by share, then
+    slices, then cores; ties to the lower index."""
+    return (-gpu.used_memory / gpu.memory, -gpu.used_slots, -gpu.used_cores, gpu.index)
+
+
+@quick
+@given(one_node_binpack(same_size=False))
+def test_gpu_binpack_takes_the_fitting_gpus_with_the_least_memory_left(
+    scene: tuple[Cluster, PodRequest],
+) -> None:
+    cluster, pod = scene
+    ledger = build_ledger(cluster)
+    assert chosen(ledger, pod) == expected_gpus(ledger._nodes["n"], pod, best_fit)
+
+
+@quick
+@given(one_node_binpack(same_size=True))
+def test_on_gpus_of_one_size_binpack_keeps_the_share_order(
+    scene: tuple[Cluster, PodRequest],
+) -> None:
+    cluster, pod = scene
+    ledger = build_ledger(cluster)
+    assert chosen(ledger, pod) == expected_gpus(ledger._nodes["n"], pod, share_order)
+
+
+def assert_ranking_is_a_recount(ledger: Ledger) -> None:
+    """Every ranked node's entry is what its state says now, and each policy's order is the
+    from-scratch sort of those (binpack: smallest largest GPU, fullest by share, name)."""
+    states = {n: s for n, s in ledger._nodes.items() if n not in ledger._blocks}
+    entries = {
+        name: (state.load, state.idle_gpus, state.largest_memory, state.max_free_memory)
+        for name, state in states.items()
+    }
+    assert ledger._ranking._entries == entries
+    binpack = sorted(states, key=lambda n: (states[n].largest_memory, -states[n].load, n))
+    assert ledger.ranked("binpack") == binpack
+    assert ledger.ranked("spread") == sorted(states, key=lambda n: (states[n].load, n))
+
+
+@quick
+@given(clusters(), st.lists(st.tuples(requests(), st.booleans()), min_size=1, max_size=8))
+def test_the_ranking_follows_every_change_and_the_walk_skips_no_node_that_fits(
+    cluster: Cluster, steps: list[tuple[PodRequest, bool]]
+) -> None:
+    ledger = build_ledger(cluster)
+    placed: list[str] = []
+    for number, (pod, release) in enumerate(steps):
+        pod = pod.model_copy(update={"uid": f"p{number}"})
+        fast, full = ledger.decide(pod), ledger.decide(pod, explain=True)
+        assert (fast.node, fast.allocation) == (full.node, full.allocation)
+        if full.node is not None and pod.node_policy == "binpack":
+            fitting = [name for name, verdict in full.nodes.items() if verdict.fits]
+            states = ledger._nodes
+            best = min(fitting, key=lambda n: (states[n].largest_memory, -states[n].load, n))
+            assert full.node == best
+        if fast.allocation is not None:
+            ledger.try_commit(pod.uid, fast.allocation, pod.namespace)
+            placed.append(pod.uid)
+        assert_ranking_is_a_recount(ledger)
+        if release and placed:
+            ledger.release(placed.pop(0))
+            assert_ranking_is_a_recount(ledger)
+
+
+# GPU sizes, free MiB and asks at the edges of the ranking's room levels (2048, 3072, ...).
+EDGES = (1, 2047, 2048, 2049, 3071, 3072, 6143, 6144, 6145, 16384, 23034)
+
+
+@st.composite
+def edge_clusters(draw: st.DrawFn) -> Cluster:
+    nodes = []
+    for n in range(draw(st.integers(1, 5))):
+        node_gpus = []
+        for i in range(draw(st.integers(1, 3))):
+            memory = draw(st.sampled_from((2048, 6144, 15360, 23034, 81920)))
+            free = min(memory, draw(st.sampled_from(EDGES)))
+            node_gpus.append(
+                {
+                    "uuid": f"N{n}G{i}",
+                    "model": draw(st.sampled_from(MODELS)),
+                    "memory_mib": memory,
+                    "slots": 4,
+                    "used": {"slots": 1, "memory_mib": memory - free, "cores": 0},
+                }
+            )
+        nodes.append({"name": f"node-{n}", "gpus": node_gpus})
+    return parse_cluster({"nodes": nodes})
+
+
+@st.composite
+def edge_requests(draw: st.DrawFn) -> PodRequest:
+    percent = draw(st.none() | st.sampled_from((1, 13, 33, 34, 40, 50, 100)))
+    wanted = ContainerRequest(
+        name="main",
+        gpus=draw(st.integers(1, 2)),
+        memory_mib=None if percent else draw(st.sampled_from(EDGES)),
+        memory_percent=percent,
+        cores=draw(st.sampled_from((0, 10))),
+    )
+    return PodRequest(
+        containers=[wanted],
+        gpu_types=draw(st.sampled_from(([], ["a100"], ["t4", "l40s"]))),
+        gpu_policy=draw(st.sampled_from(("binpack", "spread"))),
+    )
+
+
+@settings(max_examples=400, deadline=None)
+@given(edge_clusters(), edge_requests())
+def test_the_binpack_walk_skips_no_node_that_fits_at_the_edges_of_its_lists(
+    cluster: Cluster, pod: PodRequest
+) -> None:
+    ledger = build_ledger(cluster)
+    fast, full = ledger.decide(pod), ledger.decide(pod, explain=True)
+    assert (fast.node, fast.allocation) == (full.node, full.allocation)
