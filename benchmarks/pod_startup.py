@@ -31,11 +31,13 @@ docs/performance.md): ratio <= 1.2 and sliced p99 <= 5 s, the same for the DRA p
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import tempfile
 import threading
 import time
+import urllib.request
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -44,6 +46,7 @@ from typing import Any
 import yaml
 from kubernetes import client as k8s
 from kubernetes import watch
+from scheduling import CpuMeter  # benchmarks/ is on the path when run as a script
 from vslice_build.images import SMOKE_IMAGE
 from vslice_core.dra import DEVICE_CLASS
 from vslice_kube.client import api_client
@@ -123,11 +126,18 @@ def _running(item: Any) -> bool:
     return any(c.state and c.state.running for c in status.container_statuses or [])
 
 
+BOUND: dict[str, dict[str, float]] = {}
+"""Per round, when the watch first showed each pod bound (``spec.nodeName`` set): splits the
+start-up into scheduling (webhook, scheduler, extender, bind) and the node's part (kubelet
+admission with Allocate or the DRA prepare, sandbox, container start)."""
+
+
 def round_trip(core: k8s.CoreV1Api, namespace: str, count: int, kind: str) -> list[float]:
     """Create ``count`` pods of ``kind`` at once; seconds from each create call to Running."""
     prefix = kind
     started: dict[str, float] = {}
     seen: dict[str, float] = {}
+    bound = BOUND.setdefault(kind, {})
     done = threading.Event()
     ready = threading.Event()
 
@@ -137,6 +147,8 @@ def round_trip(core: k8s.CoreV1Api, namespace: str, count: int, kind: str) -> li
         for event in stream.stream(core.list_namespaced_pod, namespace, timeout_seconds=300):
             item = event["object"]
             name = item.metadata.name
+            if name.startswith(prefix) and name not in bound and item.spec.node_name:
+                bound[name] = time.monotonic()
             if name.startswith(prefix) and name not in seen and _running(item):
                 seen[name] = time.monotonic()
                 if len(seen) == count:
@@ -160,7 +172,35 @@ def round_trip(core: k8s.CoreV1Api, namespace: str, count: int, kind: str) -> li
     if missing:
         stuck = core.read_namespaced_pod(missing[0], namespace).status
         sys.exit(f"{len(missing)} {prefix} pod(s) never ran, e.g. {missing[0]}: {stuck}")
+    to_bind = [bound[name] - started[name] for name in started]
+    on_node = [seen[name] - bound[name] for name in started]
+    print(
+        f"  {kind}: create to bound p50 {statistics.median(to_bind):.2f} s, p99 "
+        f"{_p(to_bind, 0.99):.2f} s; bound to running p50 {statistics.median(on_node):.2f} s, "
+        f"p99 {_p(on_node, 0.99):.2f} s",
+        flush=True,
+    )
     return [seen[name] - started[name] for name in started]
+
+
+def node_agent_report(record: Any) -> str:
+    """What the node agent did meanwhile: its Allocate time and how often it had to list."""
+    port = record.ports[f"device-plugin-{NODE}"]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=10) as response:
+        status = json.loads(response.read())
+    sums = {}
+    for line in text.splitlines():
+        for part in ("sum", "count"):
+            if line.startswith(f"vslice_deviceplugin_allocate_seconds_{part}"):
+                sums[part] = float(line.rsplit(" ", 1)[1])
+    mean = 1000 * sums["sum"] / sums["count"] if sums.get("count") else float("nan")
+    view, lists = status.get("pod_view"), status.get("pod_lists_on_allocate")
+    return (
+        f"allocate calls {sums.get('count', 0):.0f}, mean {mean:.1f} ms; "
+        f"pod view: {view}; pod lists on allocate: {lists}"
+    )
 
 
 def _delete_all(core: k8s.CoreV1Api, namespace: str) -> None:
@@ -214,14 +254,18 @@ def main() -> int:
                     namespace, template, _preload_content=False
                 )
             results = {}
+            processes = {p.name: p.pid for p in record.processes}
             for kind in rounds:
+                meter = CpuMeter(processes)
                 times = round_trip(core, namespace, args.pods, kind)
+                print(f"  {kind}: CPU ms per pod: {meter.per_pod(len(times))}", flush=True)
                 results[kind] = times
                 print(
                     f"{kind}: pods={len(times)} p50_s={statistics.median(times):.2f} "
                     f"p99_s={_p(times, 0.99):.2f} max_s={max(times):.2f}"
                 )
                 _delete_all(core, namespace)
+            print(f"node agent: {node_agent_report(record)}", flush=True)
         finally:
             lab_module.down(args.state_dir)
     plain, sliced_p99 = _p(results["plain"], 0.99), _p(results["sliced"], 0.99)

@@ -289,6 +289,8 @@ class NodeAgent:
             ),
             "pod_resources": self.pod_resources.state if self.pod_resources else "not used",
             "pod_view": self.allocator.view.state,
+            # Allocate and GetPreferredAllocation calls the view could not answer alone.
+            "pod_lists_on_allocate": self.allocator.fresh_lists,
             "delivered_records_waiting": self.allocator.deliveries.waiting(),
             "allocation_proof": self.allocator.proofs.state,
             "dra": self.dra.status() if self.dra is not None else "not used",
