@@ -528,6 +528,7 @@ def run_size(
             # 5,000 nodes renewing 40 s leases would keep this machine busy by themselves.
             node_lease_seconds=1200,
             prometheus=False,  # its scrapes would be part of what is measured
+            apiserver_profiling=pprof_dir is not None,
         )
         began = time.monotonic()
         record = lab_module.up(options)
@@ -606,6 +607,7 @@ def run_null(
             timeout=1800,
             node_lease_seconds=1200,
             prometheus=False,
+            apiserver_profiling=pprof_dir is not None,
         )
         began = time.monotonic()
         record = lab_module.up(options)

@@ -94,7 +94,12 @@ def etcd(binaries: Binaries, data_dir: Path, port: int, peer_port: int) -> Compo
 
 
 def kube_apiserver(
-    binaries: Binaries, layout: Layout, certs: Certificates, port: int, etcd_port: int
+    binaries: Binaries,
+    layout: Layout,
+    certs: Certificates,
+    port: int,
+    etcd_port: int,
+    profiling: bool = False,
 ) -> Component:
     argv = [
         str(binaries.kube_apiserver),
@@ -128,7 +133,8 @@ def kube_apiserver(
         f"--kubelet-certificate-authority={certs.ca.cert}",
         "--kubelet-preferred-address-types=InternalIP",
         "--endpoint-reconciler-type=none",
-        "--profiling=false",
+        # Off as on a hardened cluster; the scheduling benchmark's --pprof turns it on.
+        f"--profiling={str(profiling).lower()}",
         f"--cert-dir={layout.pki}",
         # Written by ``lab.up`` first: the client certificate the API server shows the webhook.
         f"--admission-control-config-file={layout.config / ADMISSION_CONFIG}",

@@ -85,6 +85,8 @@ class LabOptions:
     prometheus: bool | None = None
     """Start Prometheus scraping the lab's services: True, False, or None = when it is found
     (``vslice_build.prometheus``) and the lab runs vslice's services or a real node."""
+    apiserver_profiling: bool = False
+    """Serve kube-apiserver's /debug/pprof (the scheduling benchmark's --pprof)."""
     node_lease_seconds: int = components.NODE_LEASE_SECONDS
     """Node lease duration of the simulated nodes. Thousands of nodes renewing 40 s leases
     keep a small machine busy; the scheduling benchmark makes them long (the controller
@@ -182,7 +184,12 @@ def _start_all(
         options.timeout,
     )
     apiserver = components.kube_apiserver(
-        binaries, layout, certs, ports["kube-apiserver"], ports["etcd"]
+        binaries,
+        layout,
+        certs,
+        ports["kube-apiserver"],
+        ports["etcd"],
+        profiling=options.apiserver_profiling,
     )
     _launch(layout, record, say, [apiserver], options.timeout)
     group = _control_plane(layout, options, binaries, certs, record, server, admin)
