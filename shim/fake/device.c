@@ -21,6 +21,14 @@
 static struct fake_state *state;
 static pthread_once_t state_once = PTHREAD_ONCE_INIT;
 
+/* This process's slot in a shared state file (see device.h); -1: none (no file, or full). */
+static const char *state_path;
+static int slot_fd = -1;
+static int my_slot = -1;
+static pthread_once_t slot_once = PTHREAD_ONCE_INIT;
+/* Lock bytes lie beyond the file's data: a lock on a range past the end is allowed. */
+#define FAKE_LOCK_BASE ((off_t)1 << 40)
+
 /* The node's GPUs (physical order) and, of them, the ones the container sees. */
 static struct {
     int from_env; /* FAKE_NVIDIA_GPUS is set */
@@ -225,6 +233,7 @@ static void map_state(void) {
         perror(FAKE_LOG "FAKE_CUDA_STATE");
         abort();
     }
+    state_path = path;
     flock(fd, LOCK_EX);
     struct stat st;
     fstat(fd, &st);
@@ -263,8 +272,60 @@ const struct fake_gpu *fake_gpu(int i) {
     return &node.gpu[seen[i]];
 }
 
-int fake_reserve_memory(int physical, uint64_t bytes) {
-    struct fake_device_state *d = &fake_state()->dev[physical];
+/* Take slot i's lock byte without waiting: 1 taken (its owner, if any, is dead), 0 held by a
+   live process. */
+static int lock_slot(int i, short type) {
+    struct flock lock = {
+        .l_type = type, .l_whence = SEEK_SET, .l_start = FAKE_LOCK_BASE + i, .l_len = 1};
+    return fcntl(slot_fd, F_OFD_SETLK, &lock) == 0;
+}
+
+/* Give back what the dead owner of slot i held. The caller holds the slot's lock, so no one
+   else reclaims or claims it meanwhile. */
+static void reclaim(struct fake_proc *p) {
+    for (int g = 0; g < FAKE_MAX_DEVICES; g++) {
+        uint64_t held = __atomic_exchange_n(&p->used[g], 0, __ATOMIC_ACQ_REL);
+        if (held != 0) __atomic_fetch_sub(&state->dev[g].used, held, __ATOMIC_ACQ_REL);
+    }
+    __atomic_store_n(&p->token, 0, __ATOMIC_RELEASE);
+}
+
+/* Reclaim every dead process's slot; keep the first free one for this process (mine < 0).
+   The number of slots reclaimed. */
+static int sweep(int *mine) {
+    int reclaimed = 0;
+    for (int i = 0; i < FAKE_MAX_PROCS; i++) {
+        if (i == my_slot) continue;
+        struct fake_proc *p = &state->procs[i];
+        uint64_t token = __atomic_load_n(&p->token, __ATOMIC_ACQUIRE);
+        if (token == 0 && (mine == NULL || *mine >= 0)) continue; /* free, and not wanted */
+        if (!lock_slot(i, F_WRLCK)) continue;                      /* a live owner */
+        token = __atomic_load_n(&p->token, __ATOMIC_ACQUIRE);
+        if (token != 0) {
+            reclaim(p);
+            reclaimed++;
+        }
+        if (mine != NULL && *mine < 0) {
+            __atomic_store_n(&p->token, (uint64_t)getpid() << 1 | 1, __ATOMIC_RELEASE);
+            *mine = i; /* keep the lock: it is this process's life */
+        } else {
+            lock_slot(i, F_UNLCK);
+        }
+    }
+    return reclaimed;
+}
+
+static void claim_slot(void) {
+    fake_state();
+    if (state_path == NULL) return; /* a private card: one process, nothing to give back */
+    slot_fd = open(state_path, O_RDWR | O_CLOEXEC);
+    if (slot_fd < 0) return;
+    int mine = -1;
+    sweep(&mine);
+    my_slot = mine; /* -1 when every slot is live: this process's memory is not tracked */
+}
+
+static int try_take(struct fake_device_state *d, uint64_t bytes) {
     uint64_t used = __atomic_load_n(&d->used, __ATOMIC_RELAXED);
     do {
         if (bytes > d->total || used > d->total - bytes) return -1;
@@ -273,6 +334,19 @@ int fake_reserve_memory(int physical, uint64_t bytes) {
     return 0;
 }
 
+int fake_reserve_memory(int physical, uint64_t bytes) {
+    struct fake_device_state *d = &fake_state()->dev[physical];
+    pthread_once(&slot_once, claim_slot);
+    /* Short of memory: a process that died holding some may be the reason. */
+    if (try_take(d, bytes) != 0 && (slot_fd < 0 || sweep(NULL) == 0 || try_take(d, bytes) != 0))
+        return -1;
+    if (my_slot >= 0)
+        __atomic_fetch_add(&state->procs[my_slot].used[physical], bytes, __ATOMIC_ACQ_REL);
+    return 0;
+}
+
 void fake_release_memory(int physical, uint64_t bytes) {
     __atomic_fetch_sub(&fake_state()->dev[physical].used, bytes, __ATOMIC_ACQ_REL);
+    if (my_slot >= 0)
+        __atomic_fetch_sub(&state->procs[my_slot].used[physical], bytes, __ATOMIC_ACQ_REL);
 }

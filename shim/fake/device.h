@@ -10,6 +10,13 @@
  * every process of a test (and every container of a node) sees the same cards: memory in use,
  * and the device timeline (when each simulated kernel ran), from which tests measure busy time.
  * tests/shim/conftest.py reads it.
+ *
+ * A real driver frees a process's memory when the process ends, however it ends. So that a
+ * killed process does not leave its memory counted forever, each process that takes memory
+ * from a shared card holds a slot in the file (what it holds on each GPU) and an open file
+ * description lock on one byte of the file for that slot. The kernel drops the lock when the
+ * process dies, in whatever pid namespace it ran, so a slot whose lock can be taken belongs to
+ * a dead process: the next process to start, or to run short of memory, gives its memory back.
  */
 #ifndef VSLICE_FAKE_DEVICE_H
 #define VSLICE_FAKE_DEVICE_H
@@ -36,12 +43,21 @@ struct fake_device_state {
     struct fake_interval ring[FAKE_RING];
 };
 
+#define FAKE_MAX_PROCS 4096
+
+/* What one process holds; token 0: a free slot. */
+struct fake_proc {
+    uint64_t token;
+    uint64_t used[FAKE_MAX_DEVICES]; /* bytes, by physical GPU */
+};
+
 struct fake_state {
     uint64_t magic;
     uint32_t device_count; /* GPUs of the node */
     uint32_t ring_size;
     uint64_t reserved[6];
     struct fake_device_state dev[FAKE_MAX_DEVICES];
+    struct fake_proc procs[FAKE_MAX_PROCS]; /* after dev: readers of the file keep its offsets */
 };
 
 /* One GPU the container sees. */

@@ -193,3 +193,19 @@ def test_every_key_it_prints_is_documented(smoke: Smoke) -> None:
     printed = {_pattern(key) for report in reports for key in report.values}
     assert printed - documented == set()
     assert {"oom_at_mib", "busy_fraction", "nvml.error", "error"} <= printed
+
+
+def test_the_card_gets_back_the_memory_of_a_process_killed_while_holding_it(smoke: Smoke) -> None:
+    """As a real driver does: a process killed (SIGKILL, nothing of it runs after) no longer
+    counts on the card. Only what live processes hold does."""
+    card = {"FAKE_CUDA_TOTAL_MEM": "2g", "FAKE_CUDA_CONTEXT_MEM": "0"}
+    holder = smoke.start("hold", "--memory", "1536m", "--seconds", "60", shim=False, **card)
+    try:
+        _wait_holding(holder)
+        while_alive = smoke.run("memory", "--step", "256m", shim=False, **card)
+    finally:
+        _stop(holder)
+    after = smoke.run("memory", "--step", "256m", shim=False, **card)
+    assert while_alive["max_allocated_mib"] == "512", while_alive.stdout
+    assert after["max_allocated_mib"] == "2048", after.stdout
+    assert after["device.0.info_free_mib"] == "2048"
