@@ -136,7 +136,8 @@ def test_vslice_plan_reads_the_template_beside_the_pod(
     pod = write(tmp_path, "pod.yaml", template, manifest)
     status = main(["plan", str(EXAMPLES / "cluster.yaml"), pod, "--json"])
     answer = json.loads(capsys.readouterr().out)
-    assert status == 0 and answer["fits"] and answer["node"] == "node-a100"
+    # Binpack (the default, and what the DRA estimate assumes): the smallest GPU that holds it.
+    assert status == 0 and answer["fits"] and answer["node"] == "node-t4"
     assert answer["dra"]["path"] == "dra"
     assert answer["dra"]["notes"] == [
         "on the DRA path kube-scheduler places this pod: node policy 'spread' is not applied "
@@ -144,7 +145,7 @@ def test_vslice_plan_reads_the_template_beside_the_pod(
     ]
     assert main(["plan", str(EXAMPLES / "cluster.yaml"), pod]) == 0
     text = capsys.readouterr().out.splitlines()
-    assert text[0] == "1 GPU with 8 GiB, 30% cores: fits on node-a100"
+    assert text[0] == "1 GPU with 8 GiB, 30% cores: fits on node-t4"
     assert text[-2].startswith("on the DRA path kube-scheduler's DRA allocator places this pod")
 
 
