@@ -240,13 +240,57 @@ def test_a_pod_newer_than_the_last_refresh_is_named_at_once_but_not_asked_for_tw
     pods = PodNames(api, "node-1", every_s=3600, clock=lambda: now[0])  # type: ignore[arg-type]
     pods.refresh()
     api.pods = [{"metadata": {"uid": "new", "namespace": "team-a", "name": "fresh"}}]
-    now[0] += 1.5
+    now[0] += 0.2  # sooner than a second after the last list: still asked, the list is older
     assert pods({"new"}).names == {"new": ("team-a", "fresh")}
     assert api.calls == 2
     now[0] += 0.5
-    assert pods({"new", "gone"}).names["new"] == ("team-a", "fresh")
-    assert api.calls == 2  # an unknown uid asks again at most once a second
-    assert pods({"new"}).names and api.calls == 2  # a known one never asks
+    view = pods({"new", "gone"})
+    assert view.names["new"] == ("team-a", "fresh")
+    assert api.calls == 3 and view.ended == {"gone"}  # one list for the uid first seen now
+    now[0] += 0.5
+    assert pods({"new", "gone"}).ended == {"gone"}
+    assert api.calls == 3  # an unknown uid already listed after it was seen: not again
+    assert pods({"new"}).names and api.calls == 3  # a known one never asks
+
+
+def test_a_scrape_during_another_scrapes_list_waits_for_it_and_gets_the_name() -> None:
+    """Prometheus and a person scrape at once: the second must not return the list from
+    before the pod existed while the first one's list is still on its way."""
+    import threading
+
+    from vslice_node.monitor.podnames import PodNames
+
+    listing = threading.Event()
+    release = threading.Event()
+
+    class SlowApi(_CountingApi):
+        def pods_on_node(self, node: str) -> list[dict[str, object]]:
+            listing.set()
+            release.wait(5)
+            return super().pods_on_node(node)
+
+    api = SlowApi()
+    now = [100.0]
+    pods = PodNames(api, "node-1", every_s=3600, clock=lambda: now[0])  # type: ignore[arg-type]
+    release.set()
+    pods.refresh()
+    release.clear()
+    listing.clear()
+    api.pods = [{"metadata": {"uid": "new", "namespace": "team-a", "name": "fresh"}}]
+    now[0] += 5.0
+    first = threading.Thread(target=pods, args=({"new"},))
+    first.start()
+    assert listing.wait(5)  # the first scrape's list is in flight
+    seen: list[object] = []
+    second = threading.Thread(target=lambda: seen.append(pods({"new"}).names))
+    second.start()
+    second.join(0.2)
+    assert second.is_alive()  # waits for the list in flight
+    release.set()
+    first.join(5)
+    second.join(5)
+    assert seen == [{"new": ("team-a", "fresh")}]
+    assert api.calls == 2  # the second scrape used the first one's list
 
 
 class _Listing:
@@ -352,9 +396,7 @@ def test_regions_of_finished_or_deleted_pods_are_not_exported_unless_the_api_is_
         # A region first seen after the last list: its pod is newer than the list, not gone.
         api.put_pod(pod("uid-4", "fresh"))
         region_at(cache_root, "uid-4", "main", DeviceLimit(GPU_A, 512 * MIB, 20))
-        now[0] += 0.5  # too soon to list again
-        assert pod_uids(scrape(http)) == {"uid-1", "uid-4"}
-        now[0] += 1.0
+        now[0] += 0.5  # a list taken before the region was seen cannot say it is gone
         metrics = scrape(http)
         assert pod_uids(metrics) == {"uid-1", "uid-4"}
         assert (
@@ -365,11 +407,13 @@ def test_regions_of_finished_or_deleted_pods_are_not_exported_unless_the_api_is_
         # The API server cannot say which pods ended: everything is exported, as before.
         api.reachable = False
         now[0] += 2.0
+        pods.refresh()  # the background list (every ``every_s``) fails
         assert pod_uids(scrape(http)) == {"uid-1", "uid-2", "uid-3", "uid-4", "uid-5"}
 
         api.reachable = True
         api.delete_pod("team-a", "train")
         now[0] += 2.0
+        pods.refresh()
         assert pod_uids(scrape(http)) == {"uid-4"}
     finally:
         http.stop()

@@ -80,19 +80,28 @@ class PodNames:
         self._current = False  # whether the latest list succeeded
         self._first_seen: dict[str, float] = {}
         self._seen_lock = threading.Lock()
+        self._list_lock = threading.Lock()
         self._last_error = ""
         self._refreshed = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="pod-names", daemon=True)
 
     def __call__(self, uids: Collection[str] = ()) -> PodView:
-        """What is known of ``uids``; a uid not known (a pod newer than the last refresh)
-        makes this call refresh first, at most once per ``MIN_REFRESH_S``, so a new pod's
-        metrics carry its name at the first scrape."""
+        """What is known of ``uids``. A uid that no list taken since its region was first seen
+        can name (a pod newer than the last refresh) makes this call list first, so a new
+        pod's metrics carry its name at the first scrape. Each such uid costs one list, not
+        one per scrape; after a failed list, lists are at most once per ``MIN_REFRESH_S``.
+
+        Lists are serialised: a scrape that arrives while another caller's list is in flight
+        waits for it and lists again only if that one started before the region was seen.
+        Without this, a second scrape (Prometheus and a person at once) returned the list
+        from before the pod existed, unnamed."""
         now = self._clock()
         first_seen = self._remember(uids, now)
-        if set(uids) - self._listing.names.keys() and now - self._refreshed >= MIN_REFRESH_S:
-            self.refresh()
+        if self._needs_list(first_seen, now):
+            with self._list_lock:
+                if self._needs_list(first_seen, self._clock()):
+                    self.refresh()
         listing, current = self._listing, self._current
         if not current:
             return PodView(listing.names)
@@ -103,6 +112,14 @@ class PodNames:
             or (uid not in listing.names and first_seen[uid] <= listing.at)
         }
         return PodView(listing.names, frozenset(ended))
+
+    def _needs_list(self, first_seen: Mapping[str, float], now: float) -> bool:
+        listing = self._listing
+        if not self._current and now - self._refreshed < MIN_REFRESH_S:
+            return False  # the API server just failed: do not ask it on every scrape
+        return any(
+            uid not in listing.names and seen > listing.at for uid, seen in first_seen.items()
+        )
 
     def _remember(self, uids: Collection[str], now: float) -> dict[str, float]:
         """When each of ``uids`` was first asked about; uids no longer asked about are
@@ -145,7 +162,8 @@ class PodNames:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.refresh()
+            with self._list_lock:
+                self.refresh()
             self._stop.wait(self.every_s)
 
 
