@@ -234,51 +234,90 @@ def truncated(text: str, max_lines: int = MAX_FALLBACK_LINES) -> str:
     )
 
 
-def _gpu_line(r: GpuRow) -> list[str]:
+HEADERS = ["NODE", "ADDRESS", "GPU", "MODEL", "STATE", "SLOTS", "MEMORY(GiB)", "CORES(%)", "PODS"]
+"""The columns of the GPU table in a terminal: ``vslice top`` and ``print(client.gpus())``."""
+
+
+def plural(count: int, word: str) -> str:
+    return f"{count} {word}" + ("" if count == 1 else "s")
+
+
+def memory_cell(used_mib: int, total_mib: int) -> str:
+    return f"{gib(used_mib)}/{gib(total_mib)}"
+
+
+def gpu_cells(row: GpuRow) -> list[str]:
     return [
-        r.node,
-        str(r.index),
-        r.model,
-        gpu_state(r),
-        f"{r.slots_used}/{r.slots}",
-        f"{r.memory_used_mib}/{r.memory_mib}",
-        f"{r.cores_used}/{r.cores}",
-        ",".join(r.pods) or "-",
+        row.node,
+        row.address or "-",
+        str(row.index),
+        row.model,
+        gpu_state(row),
+        f"{row.slots_used}/{row.slots}",
+        memory_cell(row.memory_used_mib, row.memory_mib),
+        f"{row.cores_used}/{row.cores}",
+        ",".join(row.pods) or "-",
     ]
 
 
-def _node_line(node: str, rows: Sequence[GpuRow]) -> list[str]:
-    """The node's subtotal, shown under its GPUs (GPU column ``all``)."""
-    t = _totals(rows)
+def node_cells(node: str, rows: Sequence[GpuRow]) -> list[str]:
+    """The node's subtotal, under its GPUs (GPU column ``all``)."""
     pods = len({pod for r in rows for pod in r.pods})
     return [
         node,
+        rows[0].address or "-",
         "all",
-        f"{len(rows)} GPUs",
+        plural(len(rows), "GPU"),
         "",
-        f"{t['slots_used']}/{t['slots']}",
-        f"{t['memory_used']}/{t['memory']}",
-        f"{t['cores_used']}/{t['cores']}",
-        f"{pods} pods",
+        f"{sum(r.slots_used for r in rows)}/{sum(r.slots for r in rows)}",
+        memory_cell(sum(r.memory_used_mib for r in rows), sum(r.memory_mib for r in rows)),
+        f"{sum(r.cores_used for r in rows)}/{sum(r.cores for r in rows)}",
+        plural(pods, "pod"),
     ]
 
 
-def gpus_text(gpus: GpuTable) -> str:
-    """Per GPU, then per node: slots, memory and cores allocated/total; then cluster totals."""
-    headers = ["NODE", "GPU", "MODEL", "STATE", "SLOTS", "MEMORY(MiB)", "CORES(%)", "PODS"]
+def scope(gpus: GpuTable, nodes: Sequence[str] | None) -> str:
+    """What the footer's totals cover: the cluster, or the nodes asked for."""
+    count = plural(len(gpus), "GPU")
+    if not nodes:
+        return f"cluster ({plural(len(gpus.nodes()), 'node')}, {count})"
+    chosen = gpus.nodes()
+    word = "node" if len(chosen) == 1 else "nodes"
+    return f"{word} {', '.join(chosen)} ({count})"
+
+
+def footer(gpus: GpuTable, nodes: Sequence[str] | None, pending: int = 0) -> str:
+    """``cluster (3 nodes, 10 GPUs): memory 52.0/400.0 GiB (13%), cores ... allocated``."""
+    used = sum(r.memory_used_mib for r in gpus)
+    memory = sum(r.memory_mib for r in gpus)
+    cores_used = sum(r.cores_used for r in gpus)
+    cores = sum(r.cores for r in gpus)
+    text = (
+        f"{scope(gpus, nodes)}: memory {memory_cell(used, memory)} GiB "
+        f"({percent(used, memory)}%), cores {cores_used}/{cores}% ({percent(cores_used, cores)}%), "
+        f"slots {sum(r.slots_used for r in gpus)}/{sum(r.slots for r in gpus)} allocated"
+    )
+    if pending:
+        where = " in the cluster" if nodes else ""
+        text += f"; {plural(pending, 'pod')} waiting for a slice{where}"
+    return text
+
+
+def gpu_rows_text(gpus: GpuTable) -> str:
+    """Per node its GPUs, then the node's subtotal (GPU column ``all``)."""
     lines: list[list[str]] = []
     for node, rows in by_node(gpus).items():
-        lines.extend(_gpu_line(r) for r in rows)
-        lines.append(_node_line(node, rows))
-    t = _totals(list(gpus))
-    footer = (
-        f"Allocated/total in cluster ({len(gpus.nodes())} nodes, {len(gpus)} GPUs): "
-        f"memory {t['memory_used']}/{t['memory']} MiB "
-        f"({percent(t['memory_used'], t['memory'])}%), "
-        f"cores {t['cores_used']}/{t['cores']}% ({percent(t['cores_used'], t['cores'])}%), "
-        f"slots {t['slots_used']}/{t['slots']}"
-    )
-    return text_table(headers, lines) + "\n" + "-" * min(len(footer), 100) + "\n" + footer
+        lines.extend(gpu_cells(r) for r in rows)
+        lines.append(node_cells(node, rows))
+    return text_table(HEADERS, lines)
+
+
+def gpus_text(gpus: GpuTable) -> str:
+    """The same table as ``vslice top`` (GiB, ``1 pod``), then what the totals cover."""
+    if not len(gpus):
+        return "No node advertises vslice GPUs."
+    end = footer(gpus, None)
+    return gpu_rows_text(gpus) + "\n" + "-" * min(len(end), 100) + "\n" + end
 
 
 # --- Allocations -----------------------------------------------------------------------

@@ -10,6 +10,7 @@ from api_objects import cluster_objects
 from vslice.commands import allocations, top
 from vslice.errors import InvalidRequest
 from vslice.snapshot import ClusterSnapshot
+from vslice import views
 from vslice.views import gib
 
 
@@ -47,7 +48,7 @@ def test_gib_shows_one_decimal() -> None:
 
 def test_a_gpu_line_shows_memory_in_gib_and_the_node_address(cluster: ClusterSnapshot) -> None:
     row = cluster.gpus()[0]
-    assert top.gpu_cells(row) == [
+    assert views.gpu_cells(row) == [
         "node-a",
         "10.0.0.1",
         "0",
@@ -62,8 +63,8 @@ def test_a_gpu_line_shows_memory_in_gib_and_the_node_address(cluster: ClusterSna
 
 def test_a_node_without_an_internal_ip_shows_a_dash(cluster: ClusterSnapshot) -> None:
     node_b = [row for row in cluster.gpus() if row.node == "node-b"]
-    assert node_b[0].address == "" and top.gpu_cells(node_b[0])[1] == "-"
-    assert top.node_cells("node-b", node_b)[1:4] == ["-", "all", "1 GPU"]
+    assert node_b[0].address == "" and views.gpu_cells(node_b[0])[1] == "-"
+    assert views.node_cells("node-b", node_b)[1:4] == ["-", "all", "1 GPU"]
 
 
 def test_only_unplaced_pods_that_ask_for_gpus_are_pending(cluster: ClusterSnapshot) -> None:
@@ -78,7 +79,7 @@ def test_a_pending_pod_says_why_it_waits_with_numbers(cluster: ClusterSnapshot) 
 
 
 def test_the_cluster_footer_counts_nodes_gpus_and_pending_pods(cluster: ClusterSnapshot) -> None:
-    assert top.footer(cluster.gpus(), None, pending=1) == (
+    assert views.footer(cluster.gpus(), None, pending=1) == (
         "cluster (2 nodes, 3 GPUs): memory 70.0/175.0 GiB (40%), cores 100/300% (33%), "
         "slots 3/10 allocated; 1 pod waiting for a slice"
     )
@@ -86,7 +87,7 @@ def test_the_cluster_footer_counts_nodes_gpus_and_pending_pods(cluster: ClusterS
 
 def test_under_node_the_footer_names_the_node_not_the_cluster(cluster: ClusterSnapshot) -> None:
     gpus = top.select_nodes(cluster.gpus(), ["node-b"])
-    text = top.footer(gpus, ["node-b"], pending=2)
+    text = views.footer(gpus, ["node-b"], pending=2)
     assert text.startswith("node node-b (1 GPU): memory 10.0/15.0 GiB (67%)")
     assert text.endswith("2 pods waiting for a slice in the cluster") and "cluster (" not in text
 
@@ -102,7 +103,7 @@ def test_the_whole_view_has_table_pending_section_and_footer_last(
     cluster: ClusterSnapshot,
 ) -> None:
     lines = top.frame(cluster, None, as_json=False).splitlines()
-    assert lines[0].split() == top.HEADERS
+    assert lines[0].split() == views.HEADERS
     assert lines.index("PENDING (1 waiting for a slice)") < len(lines) - 2
     assert any(line.startswith("team-c/big") and "80 GiB" in line for line in lines)
     assert lines[-1].startswith("cluster (2 nodes, 3 GPUs)")

@@ -45,46 +45,41 @@ def test_the_rich_view_starts_hidden_behind_a_text_fallback(snapshot: ClusterSna
     output = snapshot.gpus()._repr_html_()
     fallback = re.search(r'<pre class="vslice-text-fallback">(.*?)</pre>', output, re.S)
     assert fallback is not None
-    assert "node-a" in fallback.group(1) and "61440/81920" in fallback.group(1)
+    assert "node-a" in fallback.group(1) and "60.0/80.0" in fallback.group(1)
     assert '<div class="vslice-wrap" style="display:none">' in output
 
 
-def test_top_text_shows_per_gpu_usage_and_cluster_totals(snapshot: ClusterSnapshot) -> None:
+def test_printed_gpus_are_the_same_table_as_vslice_top_in_gib(snapshot: ClusterSnapshot) -> None:
     text = str(snapshot.gpus())
     lines = text.splitlines()
-    assert lines[0].split() == [
-        "NODE",
-        "GPU",
-        "MODEL",
-        "STATE",
-        "SLOTS",
-        "MEMORY(MiB)",
-        "CORES(%)",
-        "PODS",
-    ]
+    assert lines[0].split() == views.HEADERS
     assert lines[1].split() == [
         "node-a",
+        "-",
         "0",
         A100,
         "ok",
         "2/4",
-        "61440/81920",
+        "60.0/80.0",
         "80/100",
         "team-a/train,team-b/infer",
     ]
     assert lines[3].split() == [
         "node-a",
+        "-",
         "all",
         "2",
         "GPUs",
         "2/8",
-        "61440/163840",
+        "60.0/160.0",
         "80/200",
         "2",
         "pods",
     ]
-    assert "memory 71680/179200 MiB (40%)" in lines[-1]
+    assert "memory 70.0/175.0 GiB (40%)" in lines[-1]
     assert "slots 3/10" in lines[-1]
+    assert "1 pods" not in text
+    assert text == views.gpu_rows_text(snapshot.gpus()) + "\n" + "\n".join(lines[-2:])
 
 
 def test_finished_pods_hold_nothing(snapshot: ClusterSnapshot) -> None:
@@ -146,7 +141,7 @@ def test_an_over_booked_gpu_is_shown_as_such_with_its_numbers() -> None:
     rows = list(ClusterSnapshot.read([small], pods).gpus())
     assert rows[0].overbooked and rows[0].memory_used_mib == 24576
     text = str(ClusterSnapshot.read([small], pods).gpus())
-    assert "OVERBOOKED" in text and "24576/16384" in text
+    assert "OVERBOOKED" in text and "24.0/16.0" in text
     assert "OVERBOOKED" in ClusterSnapshot.read([small], pods).gpus()._repr_html_()
     assert not next(iter(ClusterSnapshot.read([small], pods[:1]).gpus())).overbooked
 

@@ -20,12 +20,16 @@ from vslice.commands.options import EXIT_OK, add_connection_arguments, connect, 
 from vslice.commands.waiting import asks, why_waiting
 from vslice.errors import InvalidRequest, VsliceError
 from vslice.snapshot import ClusterSnapshot
-from vslice.tables import GpuRow, GpuTable
-from vslice.views import by_node, gib, gpu_state, percent, text_table
+from vslice.tables import GpuTable
+from vslice.views import (
+    footer,
+    gpu_rows_text,
+    memory_cell,
+    text_table,
+)
 
 DEFAULT_WATCH_S = 2.0
 CLEAR_SCREEN = "\x1b[H\x1b[2J"
-HEADERS = ["NODE", "ADDRESS", "GPU", "MODEL", "STATE", "SLOTS", "MEMORY(GiB)", "CORES(%)", "PODS"]
 
 
 def watch_seconds(value: str) -> float:
@@ -94,71 +98,6 @@ def select_nodes(gpus: GpuTable, nodes: Sequence[str] | None) -> GpuTable:
     return GpuTable(row for row in gpus if row.node in nodes)
 
 
-def plural(count: int, word: str) -> str:
-    return f"{count} {word}" + ("" if count == 1 else "s")
-
-
-def memory_cell(used_mib: int, total_mib: int) -> str:
-    return f"{gib(used_mib)}/{gib(total_mib)}"
-
-
-def gpu_cells(row: GpuRow) -> list[str]:
-    return [
-        row.node,
-        row.address or "-",
-        str(row.index),
-        row.model,
-        gpu_state(row),
-        f"{row.slots_used}/{row.slots}",
-        memory_cell(row.memory_used_mib, row.memory_mib),
-        f"{row.cores_used}/{row.cores}",
-        ",".join(row.pods) or "-",
-    ]
-
-
-def node_cells(node: str, rows: Sequence[GpuRow]) -> list[str]:
-    """The node's subtotal, under its GPUs (GPU column ``all``)."""
-    pods = len({pod for r in rows for pod in r.pods})
-    return [
-        node,
-        rows[0].address or "-",
-        "all",
-        plural(len(rows), "GPU"),
-        "",
-        f"{sum(r.slots_used for r in rows)}/{sum(r.slots for r in rows)}",
-        memory_cell(sum(r.memory_used_mib for r in rows), sum(r.memory_mib for r in rows)),
-        f"{sum(r.cores_used for r in rows)}/{sum(r.cores for r in rows)}",
-        plural(pods, "pod"),
-    ]
-
-
-def scope(gpus: GpuTable, nodes: Sequence[str] | None) -> str:
-    """What the footer's totals cover: the cluster, or the nodes asked for."""
-    count = plural(len(gpus), "GPU")
-    if not nodes:
-        return f"cluster ({plural(len(gpus.nodes()), 'node')}, {count})"
-    chosen = gpus.nodes()
-    word = "node" if len(chosen) == 1 else "nodes"
-    return f"{word} {', '.join(chosen)} ({count})"
-
-
-def footer(gpus: GpuTable, nodes: Sequence[str] | None, pending: int = 0) -> str:
-    """``cluster (3 nodes, 10 GPUs): memory 52.0/400.0 GiB (13%), cores ... allocated``."""
-    used = sum(r.memory_used_mib for r in gpus)
-    memory = sum(r.memory_mib for r in gpus)
-    cores_used = sum(r.cores_used for r in gpus)
-    cores = sum(r.cores for r in gpus)
-    text = (
-        f"{scope(gpus, nodes)}: memory {memory_cell(used, memory)} GiB "
-        f"({percent(used, memory)}%), cores {cores_used}/{cores}% ({percent(cores_used, cores)}%), "
-        f"slots {sum(r.slots_used for r in gpus)}/{sum(r.slots for r in gpus)} allocated"
-    )
-    if pending:
-        where = " in the cluster" if nodes else ""
-        text += f"; {plural(pending, 'pod')} waiting for a slice{where}"
-    return text
-
-
 def pending_text(pending: Sequence[PendingLine]) -> str:
     rows = [[p.pod, p.asks, p.why] for p in pending]
     return f"PENDING ({len(pending)} waiting for a slice)\n" + text_table(
@@ -173,11 +112,7 @@ def render(
     if not len(gpus):
         table = "No node advertises vslice GPUs" + (" among the chosen nodes." if nodes else ".")
     else:
-        lines: list[list[str]] = []
-        for node, rows in by_node(gpus).items():
-            lines.extend(gpu_cells(r) for r in rows)
-            lines.append(node_cells(node, rows))
-        table = text_table(HEADERS, lines)
+        table = gpu_rows_text(gpus)
     parts = [table]
     if pending:
         parts.append("\n" + pending_text(pending))
