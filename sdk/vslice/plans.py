@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from vslice_core import whynot
+from vslice_core.gputypes import type_matches
 from vslice_core.model import Decision, GpuGrant, PodRequest
 from vslice_core.plan import plan_json
 from vslice_core.requests import pod_request
@@ -186,7 +187,7 @@ def check_against_cluster(request: PodRequest, snapshot: ClusterSnapshot) -> Non
     """GPU types and UUIDs the request names must exist in the cluster (valid choices listed)."""
     models = snapshot.gpu_models()
     for wanted in request.gpu_types:
-        if not any(wanted in model.lower() for model in models):
+        if not any(type_matches(wanted, model) for model in models):
             raise InvalidRequest(
                 f"gpu_type {wanted!r} matches no GPU model in the cluster; "
                 f"models present: {', '.join(models) or 'none'}",

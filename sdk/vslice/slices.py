@@ -112,8 +112,13 @@ class Slice(BaseModel):
     memory_percent: int | None = Field(None, description="GPU memory per GPU, percent 1..100.")
     cores: int | None = Field(None, description="Share of each GPU's SMs, percent 0..100.")
     gpus: int = Field(1, description=f"Number of GPUs, 1..{MAX_GPUS}.")
-    gpu_type: tuple[str, ...] = Field((), description="Only GPUs whose model contains one.")
-    exclude_gpu_type: tuple[str, ...] = Field((), description="No GPU whose model contains one.")
+    gpu_type: tuple[str, ...] = Field(
+        (),
+        description="Only GPUs whose model has one as whole words (docs/annotations.md).",
+    )
+    exclude_gpu_type: tuple[str, ...] = Field(
+        (), description="No GPU whose model has one as whole words."
+    )
     gpu_uuid: tuple[str, ...] = Field((), description="Only these GPU UUIDs (exact).")
     exclude_gpu_uuid: tuple[str, ...] = Field((), description="Never these GPU UUIDs.")
     node_policy: NodePolicy | None = Field(None, description="binpack (default) or spread.")

@@ -20,6 +20,7 @@ from importlib import resources
 
 from vslice_core import whynot
 from vslice_core.model import NodeVerdict, PodRequest
+from vslice_core.quantities import format_gib
 
 from vslice import dra, rendering
 from vslice.plans import Plan, explain
@@ -57,12 +58,7 @@ def percent(used: int, total: int) -> int:
 
 def gib_pair(used_mib: int, total_mib: int) -> str:
     """``61440, 81920`` -> ``60 / 80 GiB`` (one unit, so the pair reads at a glance)."""
-
-    def gib(mib: int) -> str:
-        value = mib / 1024
-        return f"{value:.0f}" if value.is_integer() else f"{value:.1f}"
-
-    return f"{gib(used_mib)} / {gib(total_mib)} GiB"
+    return f"{format_gib(used_mib)} / {format_gib(total_mib)} GiB"
 
 
 def cores_label(used: int, total: int) -> str:
@@ -473,8 +469,8 @@ def placement_html(placement: Placement) -> str:
 
 def gib(mib: int) -> str:
     """MiB as GiB with one decimal and no unit, for columns headed ``(GiB)``: ``12288`` ->
-    ``12.0``, ``512`` -> ``0.5``."""
-    return f"{mib / 1024:.1f}"
+    ``12.0``, ``512`` -> ``0.5``; rounded down like every GiB amount (:func:`format_gib`)."""
+    return format_gib(mib, decimal=True)
 
 
 # --- What renders which object (its ``_repr_html_`` and ``str``) ------------------------

@@ -35,7 +35,7 @@ def usable(gpu: GpuState, ask: Ask) -> bool:
     """The GPU may take this request at all: healthy, not cordoned, a wanted model and UUID."""
     if not gpu.healthy or gpu.cordoned:
         return False
-    if (ask.types or ask.types_exclude) and not types_match(ask, (gpu.model,)):
+    if (ask.types or ask.types_exclude) and not types_match(ask, (gpu.model_key,)):
         return False
     if ask.uuids is not None and gpu.uuid not in ask.uuids:
         return False
@@ -102,8 +102,20 @@ def _granted(outcome: Outcome) -> list[GpuState]:
     return [gpu for gpu, _ in outcome.grants[0]]
 
 
+def _quota_cap(room: Room, gpus: int) -> tuple[int, int] | None:
+    """The most MiB and cores per GPU that the namespace quota leaves for ``gpus`` GPUs
+    (None: not even one slice each)."""
+    if room is None:
+        return (1 << 62, 1 << 62)
+    memory, cores, slices = room
+    if slices < gpus:
+        return None
+    return memory // gpus, cores // gpus
+
+
 def _smaller(request: PodRequest, ranked: list[Candidate]) -> Suggestion | None:
-    """The largest memory (then cores) per GPU that the asked number of GPUs can get now."""
+    """The largest memory (then cores) per GPU that the asked number of GPUs can get now,
+    within what the namespace quota leaves: a larger one would only fail on the quota."""
     want = request.containers[0]
     ask = compile_request(request)
     best: tuple[int, int, Candidate, Outcome] | None = None
@@ -115,8 +127,11 @@ def _smaller(request: PodRequest, ranked: list[Candidate]) -> Suggestion | None:
         chosen = gpus[: want.gpus]
         if len(chosen) < want.gpus:
             continue
-        memory = min(g.memory - g.used_memory for g in chosen)
-        cores = min([want.cores, *(g.cores - g.used_cores for g in chosen)])
+        cap = _quota_cap(candidate.room, want.gpus)
+        if cap is None:
+            continue
+        memory = min([cap[0], *(g.memory - g.used_memory for g in chosen)])
+        cores = min([want.cores, cap[1], *(g.cores - g.used_cores for g in chosen)])
         if memory <= 0 or (want.cores > 0 and cores <= 0):
             continue
         if best is not None and (memory, cores) <= best[:2]:

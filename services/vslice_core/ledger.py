@@ -50,6 +50,7 @@ from vslice_core.model import (
     NodeInventory,
     NodeVerdict,
     PodRequest,
+    QuotaCheck,
     QuotaLimits,
     QuotaUsage,
     Suggestion,
@@ -60,6 +61,7 @@ from vslice_core.placement import (
     NodeState,
     Outcome,
     apply_usage,
+    charge_totals,
     compile_request,
     evaluate,
     may_fit,
@@ -118,7 +120,7 @@ class GpuView:
 
     uuid: str
     index: int
-    model: str  # as the node's inventory writes it (the placement state keeps it lower case)
+    model: str  # as the node's inventory writes it
     memory_mib: int
     cores: int
     slots: int
@@ -197,8 +199,8 @@ class Ledger:
             state = node_state(inventory, dict(used or {}))
             self._nodes[inventory.name] = state
             for gpu in state.gpus:
-                if gpu.memory < self._model_memory.get(gpu.model, gpu.memory + 1):
-                    self._model_memory[gpu.model] = gpu.memory
+                if gpu.memory < self._model_memory.get(gpu.model_key, gpu.memory + 1):
+                    self._model_memory[gpu.model_key] = gpu.memory
             self._inventories[inventory.name] = inventory
             for uid in sorted(self._by_node.get(inventory.name, ())):
                 self._apply_charges(state, self._pods[uid], 1)
@@ -445,14 +447,24 @@ class Ledger:
             score = node_score(state, ask.node_policy) if outcome.fits else None
             reasons = {code: outcome.reasons[code] for code in REASONS if code in outcome.reasons}
             left = None if outcome.fits else node_room(state, ask)
-            verdicts[name] = NodeVerdict(fits=outcome.fits, score=score, reasons=reasons, room=left)
+            verdicts[name] = NodeVerdict(
+                fits=outcome.fits,
+                score=score,
+                reasons=reasons,
+                room=left,
+                quota_charge=_quota_charge(outcome),
+            )
             if outcome.fits and (best is None or order[name] < order[best[0].name]):
                 best = (state, outcome)
+        quota = self._quota_check(ask.namespace)
         if best is None:
-            return Decision(nodes=verdicts)
+            return Decision(nodes=verdicts, quota=quota)
         chosen = best[0].name
         return Decision(
-            node=chosen, allocation=_allocation(chosen, request, best[1]), nodes=verdicts
+            node=chosen,
+            allocation=_allocation(chosen, request, best[1]),
+            nodes=verdicts,
+            quota=quota,
         )
 
     def _room(self, namespace: str) -> tuple[int, int, int] | None:
@@ -467,6 +479,19 @@ class Ledger:
             _left(limits.cores, base.cores + used[1], unlimited),
             _left(limits.gpus, base.gpus + used[2], unlimited),
         )
+
+    def _quota_check(self, namespace: str) -> QuotaCheck | None:
+        quota = self._quotas.get(namespace)
+        if quota is None:
+            return None
+        recorded = self._namespace_used.get(namespace, [0, 0, 0])
+        base = quota.used
+        used = QuotaUsage(
+            memory_mib=base.memory_mib + recorded[0],
+            cores=base.cores + recorded[1],
+            gpus=base.gpus + recorded[2],
+        )
+        return QuotaCheck(namespace=namespace, limits=quota.limits, used=used)
 
     def _evaluate(self, state: NodeState, ask: Ask) -> Outcome:
         return evaluate(state, ask, self._room(ask.namespace))
@@ -534,15 +559,10 @@ class Ledger:
         """Every namespace that has a quota, with what counts against it now."""
         with self._lock:
             views = {}
-            for namespace, quota in sorted(self._quotas.items()):
-                recorded = self._namespace_used.get(namespace, [0, 0, 0])
-                base = quota.used
-                used = QuotaUsage(
-                    memory_mib=base.memory_mib + recorded[0],
-                    cores=base.cores + recorded[1],
-                    gpus=base.gpus + recorded[2],
-                )
-                views[namespace] = QuotaView(limits=quota.limits, used=used)
+            for namespace in sorted(self._quotas):
+                check = self._quota_check(namespace)
+                if check is not None:
+                    views[namespace] = QuotaView(limits=check.limits, used=check.used)
             return views
 
     def allocations(self) -> list[tuple[str, str, Allocation]]:
@@ -667,6 +687,14 @@ class Ledger:
         if room is None:
             return True
         return all(amount <= left for amount, left in zip(record.totals, room, strict=True))
+
+
+def _quota_charge(outcome: Outcome) -> QuotaUsage | None:
+    """What the pod would count against its quota, for a node the quota keeps it off."""
+    if "quota_exceeded" not in outcome.reasons:
+        return None
+    memory, cores, slots = charge_totals(outcome.charges)
+    return QuotaUsage(memory_mib=memory, cores=cores, gpus=slots)
 
 
 def _fitting(

@@ -20,6 +20,8 @@ from pydantic import (
     model_validator,
 )
 
+from vslice_core.gputypes import has_words
+
 NodePolicy = Literal["binpack", "spread"]
 GpuPolicy = Literal["binpack", "spread", "mutex", "topology"]
 NODE_POLICIES: tuple[str, ...] = ("binpack", "spread")
@@ -172,8 +174,14 @@ class PodRequest(_Model):
     namespace: str = "default"
     uid: str = ""
     containers: list[ContainerRequest] = Field(default_factory=list)
-    gpu_types: list[str] = Field(default_factory=list, description="lower-case substrings")
-    gpu_types_exclude: list[str] = Field(default_factory=list)
+    gpu_types: list[str] = Field(
+        default_factory=list,
+        description="wanted GPU models, lower case; a GPU matches one whose words are a run of "
+        "its model's words (vslice_core.gputypes)",
+    )
+    gpu_types_exclude: list[str] = Field(
+        default_factory=list, description="GPU models never used, matched the same way"
+    )
     gpu_uuids: list[str] = Field(default_factory=list, description="exact UUIDs")
     gpu_uuids_exclude: list[str] = Field(default_factory=list)
     numa_bind: bool = False
@@ -184,6 +192,10 @@ class PodRequest(_Model):
     @field_validator("gpu_types", "gpu_types_exclude")
     @classmethod
     def _lower(cls, values: list[str]) -> list[str]:
+        wordless = next((value for value in values if not has_words(value)), None)
+        if wordless is not None:
+            # It would match no model at all: a typo, not a filter anyone means.
+            raise ValueError(f"a GPU type must have a letter or digit, got {wordless!r}")
         return [value.lower() for value in values]
 
     @property
@@ -234,6 +246,15 @@ class NamespaceQuota(_Model):
     used: QuotaUsage = Field(default_factory=QuotaUsage)
 
 
+class QuotaCheck(_Model):
+    """The namespace quota a decision was checked against, with what counts against it now
+    (its own ``used`` plus the allocations the ledger records for the namespace)."""
+
+    namespace: str
+    limits: QuotaLimits
+    used: QuotaUsage
+
+
 class NodeRoom(_Model):
     """What a node could still give a request that does not fit there: the numbers behind
     its reason codes ("the most free is 12 GiB on GPU 1, of 80 GiB"). Only GPUs the request
@@ -271,6 +292,11 @@ class NodeVerdict(_Model):
     score: float | None = None
     reasons: dict[str, int] = Field(default_factory=dict)
     room: NodeRoom | None = Field(None, description="set in explain mode when it does not fit")
+    quota_charge: QuotaUsage | None = Field(
+        None,
+        description="with quota_exceeded: what the pod would count against its namespace's "
+        "quota on this node (percent requests cost more on larger GPUs)",
+    )
 
 
 class Decision(_Model):
@@ -281,6 +307,9 @@ class Decision(_Model):
     nodes: dict[str, NodeVerdict] = Field(default_factory=dict)
     suggestions: list[Suggestion] = Field(
         default_factory=list, description="requests that would fit now (when asked for)"
+    )
+    quota: QuotaCheck | None = Field(
+        None, description="in explain mode: the pod's namespace quota, when it has one"
     )
 
     @property

@@ -24,6 +24,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from vslice_core.gputypes import key_matches, type_key
 from vslice_core.model import (
     EXCLUSIVE_CORES,
     ContainerRequest,
@@ -42,7 +43,8 @@ class GpuState:
 
     uuid: str
     index: int
-    model: str  # lower case, for the case-insensitive type selectors
+    model: str  # as the node's inventory writes it: suggestions name it so
+    model_key: str  # the model's words (vslice_core.gputypes.type_key): what type filters match
     numa: int
     healthy: bool
     cordoned: bool
@@ -76,7 +78,7 @@ class NodeState:
     gpus: list[GpuState]
     by_uuid: dict[str, GpuState]
     links: dict[str, int]
-    models: frozenset[str]
+    models: frozenset[str]  # the model keys of its GPUs
     base: dict[str, GpuUsage]
     total_memory: int = 0
     largest_memory: int = 0  # of its largest GPU: the node's size class for binpack
@@ -136,7 +138,8 @@ def node_state(inventory: NodeInventory, used: dict[str, GpuUsage] | None = None
         GpuState(
             uuid=gpu.uuid,
             index=gpu.index,
-            model=gpu.model.lower(),
+            model=gpu.model,
+            model_key=type_key(gpu.model),
             numa=gpu.numa,
             healthy=gpu.healthy,
             cordoned=gpu.cordoned,
@@ -155,7 +158,7 @@ def node_state(inventory: NodeInventory, used: dict[str, GpuUsage] | None = None
         gpus=gpus,
         by_uuid=by_uuid,
         links=dict(inventory.topology),
-        models=frozenset(gpu.model for gpu in gpus),
+        models=frozenset(gpu.model_key for gpu in gpus),
         base=base,
         total_memory=sum(gpu.memory for gpu in gpus),
         largest_memory=max((gpu.memory for gpu in gpus), default=0),
@@ -200,7 +203,7 @@ class Ask:
     """A pod's request in engine form, with the bounds used to reject nodes cheaply."""
 
     wants: tuple[Want, ...]
-    types: tuple[str, ...]
+    types: tuple[str, ...]  # wanted and excluded types as keys (vslice_core.gputypes.type_key)
     types_exclude: tuple[str, ...]
     uuids: frozenset[str] | None
     uuids_exclude: frozenset[str]
@@ -234,8 +237,8 @@ def compile_request(request: PodRequest) -> Ask:
     mutex = request.gpu_policy == "mutex"
     return Ask(
         wants=wants,
-        types=tuple(request.gpu_types),
-        types_exclude=tuple(request.gpu_types_exclude),
+        types=tuple(type_key(t) for t in request.gpu_types),
+        types_exclude=tuple(type_key(t) for t in request.gpu_types_exclude),
         uuids=frozenset(request.gpu_uuids) if request.gpu_uuids else None,
         uuids_exclude=frozenset(request.gpu_uuids_exclude),
         numa_bind=request.numa_bind,
@@ -257,15 +260,17 @@ def _floor(want: Want, mutex: bool) -> Floor:
     return (want.count, memory, percent, max(1, want.cores), want.exclusive or mutex)
 
 
-def types_match(ask: Ask, models: Iterable[str]) -> bool:
-    """Whether any of these (lower-case) models passes the type selectors."""
-    return any(_type_ok(ask, model) for model in models)
+def types_match(ask: Ask, model_keys: Iterable[str]) -> bool:
+    """Whether any of these models (as :func:`~vslice_core.gputypes.type_key`) passes the
+    type selectors."""
+    return any(_type_ok(ask, key) for key in model_keys)
 
 
-def _type_ok(ask: Ask, model: str) -> bool:
-    if ask.types and not any(t in model for t in ask.types):
+def _type_ok(ask: Ask, model_key: str) -> bool:
+    # vslice_core.gputypes.allowed on precomputed keys: this runs per GPU per decision.
+    if ask.types and not any(key_matches(t, model_key) for t in ask.types):
         return False
-    return not any(t in model for t in ask.types_exclude)
+    return not any(key_matches(t, model_key) for t in ask.types_exclude)
 
 
 def walk_floors(ask: Ask, model_memory: Mapping[str, int]) -> tuple[int, int]:
@@ -274,8 +279,8 @@ def walk_floors(ask: Ask, model_memory: Mapping[str, int]) -> tuple[int, int]:
     (:mod:`vslice_core.ranking`).
 
     A GPU that takes a container is open, of a model the type selectors allow and has at
-    least the MiB asked free; ``model_memory`` holds the least memory seen per (lower-case)
-    model, so a percent request needs at least that percentage of the smallest allowed one.
+    least the MiB asked free; ``model_memory`` holds the least memory seen per model key,
+    so a percent request needs at least that percentage of the smallest allowed one.
     """
     if ask.types or ask.types_exclude:
         allowed = [memory for model, memory in model_memory.items() if _type_ok(ask, model)]
@@ -332,7 +337,7 @@ def gpu_reason(gpu: GpuState, want: Want, ask: Ask, extra: Sequence[int] | None)
         return "unhealthy"
     if gpu.cordoned:
         return "cordoned"
-    if (ask.types or ask.types_exclude) and not _type_ok(ask, gpu.model):
+    if (ask.types or ask.types_exclude) and not _type_ok(ask, gpu.model_key):
         return "type_mismatch"
     if (ask.uuids is not None and gpu.uuid not in ask.uuids) or gpu.uuid in ask.uuids_exclude:
         return "uuid_mismatch"
@@ -389,7 +394,8 @@ def evaluate(node: NodeState, ask: Ask, room: tuple[int, int, int] | None) -> Ou
             _charge(target, gpu.uuid, want.memory_on(gpu), want.cores, add=not want.init)
     charges = _collapse(delta, init_peak)
     if room is not None and not _within(charges, room):
-        return Outcome(fits=False, reasons={"quota_exceeded": 1})
+        # The charges stay with the answer: why-not texts say how far past the quota it is.
+        return Outcome(fits=False, reasons={"quota_exceeded": 1}, charges=charges)
     return Outcome(fits=True, grants=grants, charges=charges)
 
 
@@ -414,10 +420,16 @@ def _collapse(apps: Delta, inits: Delta) -> dict[str, list[int]]:
     return charges
 
 
-def _within(charges: dict[str, list[int]], room: tuple[int, int, int]) -> bool:
+def charge_totals(charges: dict[str, list[int]]) -> tuple[int, int, int]:
+    """What a pod's charges count against its namespace quota: (MiB, cores, GPU slices)."""
     slots = sum(c[0] for c in charges.values())
     memory = sum(c[1] for c in charges.values())
     cores = sum(c[2] for c in charges.values())
+    return memory, cores, slots
+
+
+def _within(charges: dict[str, list[int]], room: tuple[int, int, int]) -> bool:
+    memory, cores, slots = charge_totals(charges)
     return memory <= room[0] and cores <= room[1] and slots <= room[2]
 
 

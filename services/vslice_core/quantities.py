@@ -225,14 +225,23 @@ def shim_memory_limit(mib: int) -> str:
     return f"{mib}m"
 
 
-def format_mib(mib: int) -> str:
-    """``10240`` -> ``10 GiB``; ``1536`` -> ``1.5 GiB``; ``512`` -> ``512 MiB``.
+def format_gib(mib: int, *, decimal: bool = False) -> str:
+    """MiB as a number of GiB, rounded down to a tenth: ``23028`` -> ``22.4``, ``81920`` ->
+    ``80`` (``80.0`` with ``decimal``, for table columns headed ``(GiB)``).
 
-    Rounded down to a tenth of a GiB: a free amount shown is never more than is free.
+    Every GiB amount vslice prints goes through here, tables and why-not texts alike, so one
+    GPU reads the same everywhere. Rounded down, so a free amount shown is never more than is
+    free: a suggestion copied as shown still fits.
     """
+    tenths = mib * 10 // 1024
+    if not decimal and mib % 1024 == 0:
+        return str(mib // 1024)
+    return f"{tenths // 10}.{tenths % 10}"
+
+
+def format_mib(mib: int) -> str:
+    """``10240`` -> ``10 GiB``; ``1536`` -> ``1.5 GiB``; ``512`` -> ``512 MiB``
+    (:func:`format_gib`'s rounding)."""
     if mib < 1024:
         return f"{mib} MiB"
-    tenths = mib * 10 // 1024
-    return (
-        f"{tenths // 10} GiB" if tenths % 10 == 0 and mib % 1024 == 0 else f"{tenths / 10:.1f} GiB"
-    )
+    return f"{format_gib(mib)} GiB"

@@ -42,6 +42,7 @@ from pydantic import BaseModel, ConfigDict
 
 from vslice_core import annotations as keys
 from vslice_core.errors import InvalidRequest
+from vslice_core.gputypes import has_words
 from vslice_core.model import GPU_POLICIES, NODE_POLICIES, ContainerRequest, PodRequest
 from vslice_core.quantities import (
     LARGEST,
@@ -263,6 +264,20 @@ def _listed(annotations: Mapping[str, Any], key: str) -> list[str]:
     return [item.strip() for item in found[1].split(",") if item.strip()]
 
 
+def _types(annotations: Mapping[str, Any], key: str) -> list[str]:
+    listed = _listed(annotations, key)
+    found = _annotation(annotations, key)
+    if found is not None and not all(has_words(item) for item in listed):
+        # "-" or "*" would match no model at all: a typo, not a filter anyone means.
+        name, value = found
+        raise _invalid(
+            name,
+            "a comma list of GPU models with a letter or digit each, such as 'A100,L4'",
+            repr(value),
+        )
+    return listed
+
+
 def _choice(annotations: Mapping[str, Any], key: str, choices: Sequence[str], default: str) -> str:
     found = _annotation(annotations, key)
     if found is None:
@@ -276,8 +291,8 @@ def _choice(annotations: Mapping[str, Any], key: str, choices: Sequence[str], de
 def _selectors(annotations: Mapping[str, Any]) -> dict[str, Any]:
     numa = _choice(annotations, keys.NUMA_BIND, ("true", "false"), "false")
     return {
-        "gpu_types": _listed(annotations, keys.GPU_TYPE),
-        "gpu_types_exclude": _listed(annotations, keys.GPU_TYPE_EXCLUDE),
+        "gpu_types": _types(annotations, keys.GPU_TYPE),
+        "gpu_types_exclude": _types(annotations, keys.GPU_TYPE_EXCLUDE),
         "gpu_uuids": _listed(annotations, keys.GPU_UUID),
         "gpu_uuids_exclude": _listed(annotations, keys.GPU_UUID_EXCLUDE),
         "numa_bind": numa == "true",

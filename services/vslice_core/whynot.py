@@ -30,6 +30,8 @@ from vslice_core.model import (
     NodeRoom,
     NodeVerdict,
     PodRequest,
+    QuotaCheck,
+    QuotaUsage,
     Suggestion,
 )
 from vslice_core.quantities import format_mib
@@ -47,7 +49,7 @@ REASON_TEXT: Final[dict[str, str]] = {
     "cores_exhausted": "every core of the GPU is taken",
     "numa_mismatch": "GPUs not on one NUMA node (numa_bind)",
     "too_few_gpus": "fewer usable GPUs on the node than asked",
-    "quota_exceeded": "the namespace's GPU quota is used up",
+    "quota_exceeded": "the namespace's GPU quota has no room for the pod",
     "node_blocked": "node blocked: a running pod's allocation there cannot be read",
 }
 
@@ -137,7 +139,7 @@ def explain(decision: Decision, request: PodRequest) -> WhyNot:
     if decision.fits:
         return WhyNot(fits=True, headline=f"fits on {decision.node}")
     rejected = {name: v for name, v in sorted(decision.nodes.items()) if not v.fits}
-    lines = [f"{name}: {node_line(v, request)}" for name, v in rejected.items()]
+    lines = [f"{name}: {node_line(v, request, decision.quota)}" for name, v in rejected.items()]
     suggestions = [describe_suggestion(s, request) for s in decision.suggestions]
     return WhyNot(
         fits=False,
@@ -170,7 +172,85 @@ def headline(request: PodRequest, decision: Decision) -> str:
                 f"asks {_plural(container.gpus, 'GPU')} on one node; "
                 f"the most any node has is {most_gpus}"
             )
+    over = _quota_over(decision)
+    if over:
+        return "; and ".join(over)
     return f"asks {describe_request(request)}; no node has that free now"
+
+
+def _amounts(unit: str, asked: int, other: int) -> tuple[str, str]:
+    """Two amounts of one quota dimension: ``40 GiB``, ``60%``, ``3``."""
+    if unit == _MEMORY:
+        return _pair(asked, other)
+    sign = "%" if unit == _CORES else ""
+    return f"{asked}{sign}", f"{other}{sign}"
+
+
+_MEMORY, _CORES, _SLICES = "of GPU memory", "cores", "GPU slice"
+
+
+def _asked(unit: str, asked: int, text: str) -> str:
+    """``10 GiB of GPU memory``, ``30% cores``, ``2 GPU slices`` (``text``: the amount as
+    :func:`_amounts` wrote it beside the one it is compared with)."""
+    if unit == _SLICES:
+        return _plural(asked, unit)
+    return f"{text} {unit}"
+
+
+def _quota_over_on(quota: QuotaCheck, charge: QuotaUsage) -> str:
+    """The amounts of the dimensions the pod goes past: ``10 GiB of GPU memory``."""
+    return " and ".join(
+        _asked(unit, asked, _amounts(unit, asked, 0)[0])
+        for unit, asked, in_use, limit in _dimensions(quota, charge)
+        if limit is not None and asked > limit - in_use
+    )
+
+
+def _dimensions(
+    quota: QuotaCheck, charge: QuotaUsage
+) -> tuple[tuple[str, int, int, int | None], ...]:
+    """(unit, asked, in use, limit) per dimension, in the order a quota lists them."""
+    limits, used = quota.limits, quota.used
+    return (
+        (_MEMORY, charge.memory_mib, used.memory_mib, limits.memory_mib),
+        (_CORES, charge.cores, used.cores, limits.cores),
+        (_SLICES, charge.gpus, used.gpus, limits.gpus),
+    )
+
+
+def _quota_words(quota: QuotaCheck, charge: QuotaUsage) -> list[str]:
+    """Per dimension the pod goes past: the request against the whole quota when it alone
+    is larger, else against what is left of it, with what is in use."""
+    whose = f"the quota of namespace {quota.namespace}"
+    found = []
+    for unit, asked, in_use, limit in _dimensions(quota, charge):
+        if limit is None or asked <= limit - in_use:
+            continue
+        if asked > limit:
+            ask_text, limit_text = _amounts(unit, asked, limit)
+            busy = _amounts(unit, in_use, limit)[0] if in_use else "nothing"
+            found.append(
+                f"asks {_asked(unit, asked, ask_text)}, {whose} allows {limit_text} in all "
+                f"({busy} in use)"
+            )
+        else:
+            ask_text, left_text = _amounts(unit, asked, max(0, limit - in_use))
+            busy, limit_text = _amounts(unit, in_use, limit)
+            found.append(
+                f"asks {_asked(unit, asked, ask_text)}, {whose} has {left_text} left "
+                f"({busy} of {limit_text} in use)"
+            )
+    return found
+
+
+def _quota_over(decision: Decision) -> list[str]:
+    """The quota's words, for the node where the pod costs least (percent requests cost more
+    on larger GPUs); empty when no node was refused for the quota alone."""
+    charges = [v.quota_charge for v in decision.nodes.values() if v.quota_charge is not None]
+    if decision.quota is None or not charges:
+        return []
+    least = min(charges, key=lambda c: (c.memory_mib, c.cores, c.gpus))
+    return _quota_words(decision.quota, least)
 
 
 def _filtered(request: PodRequest) -> bool:
@@ -182,8 +262,14 @@ def _filtered(request: PodRequest) -> bool:
     )
 
 
-def node_line(verdict: NodeVerdict, request: PodRequest) -> str:
-    """One node's reasons with their numbers, in the engine's check order."""
+def node_line(verdict: NodeVerdict, request: PodRequest, quota: QuotaCheck | None = None) -> str:
+    """One node's reasons with their numbers, in the engine's check order (``quota``: the
+    decision's, for the numbers of ``quota_exceeded``)."""
+    if "quota_exceeded" in verdict.reasons and quota is not None and verdict.quota_charge:
+        over = _quota_over_on(quota, verdict.quota_charge)
+        if over:
+            # The headline has the quota's numbers; a node says what the pod costs there.
+            return f"its GPUs have room, the namespace quota does not: asks {over} here (quota)"
     room = verdict.room
     # With one GPU container every rejected GPU is counted once: the rest passed.
     rejected = sum(n for code, n in verdict.reasons.items() if code in GPU_REASONS)
@@ -254,5 +340,7 @@ def render_plan(decision: Decision, request: PodRequest, title: str | None = Non
             score = "" if verdict.score is None else f"  score {verdict.score:.2f}"
             lines.append(f"  {name.ljust(width)}  fits{score}")
         else:
-            lines.append(f"  {name.ljust(width)}  no    {node_line(verdict, request)}")
+            lines.append(
+                f"  {name.ljust(width)}  no    {node_line(verdict, request, decision.quota)}"
+            )
     return "\n".join(lines)

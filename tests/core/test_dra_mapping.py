@@ -117,7 +117,12 @@ def test_type_and_uuid_filters_become_cel() -> None:
         )
     )
     expressions = [s["cel"]["expression"] for s in found]
-    assert 'model.lowerAscii().contains("a100") ||' in expressions[0]
+    assert expressions[0] == (
+        f'device.attributes["{DRIVER}"].model.lowerAscii()'
+        '.matches("(^|[^a-z0-9])a100($|[^a-z0-9])") || '
+        f'device.attributes["{DRIVER}"].model.lowerAscii()'
+        '.matches("(^|[^a-z0-9])h100($|[^a-z0-9])")'
+    )
     assert expressions[1] == f'!(device.attributes["{DRIVER}"].uuid in ["GPU-\\"x"])'
 
 

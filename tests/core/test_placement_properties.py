@@ -7,11 +7,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from vslice_core.cluster import Cluster, build_ledger, parse_cluster
 from vslice_core.errors import NoFit
+from vslice_core.gputypes import type_matches
 from vslice_core.ledger import Ledger, charges
 from vslice_core.model import ContainerRequest, PodRequest
 from vslice_core.placement import GpuState, NodeState, Want, compile_request, gpu_reason
 
-MODELS = ("NVIDIA-A100-SXM4-80GB", "Tesla-T4", "NVIDIA-L40S")
+MODELS = ("NVIDIA-A100-SXM4-80GB", "Tesla-T4", "NVIDIA-L40S", "NVIDIA A10")
 
 
 @st.composite
@@ -79,7 +80,7 @@ def requests(draw: st.DrawFn, uid: str = "p") -> PodRequest:
         name=uid,
         namespace=draw(st.sampled_from(("default", "team"))),
         containers=[draw(containers(i)) for i in range(count)],
-        gpu_types=draw(st.sampled_from(([], ["a100"], ["t4", "l40s"]))),
+        gpu_types=draw(st.sampled_from(([], ["a100"], ["t4", "l40s"], ["a10"]))),
         gpu_uuids_exclude=draw(st.sampled_from(([], ["N0G0"]))),
         numa_bind=draw(st.booleans()),
         node_policy=draw(st.sampled_from(("binpack", "spread"))),
@@ -237,7 +238,7 @@ def test_a_chosen_allocation_commits_and_honours_the_request(
             assert grant.cores == wanted.cores
             assert gpus[grant.uuid].healthy and not gpus[grant.uuid].cordoned
             if pod.gpu_types:
-                assert any(t in gpus[grant.uuid].model.lower() for t in pod.gpu_types)
+                assert any(type_matches(t, gpus[grant.uuid].model) for t in pod.gpu_types)
         if pod.numa_bind:
             assert len({gpus[g.uuid].numa for g in got.gpus}) == 1
 
@@ -451,7 +452,7 @@ def edge_requests(draw: st.DrawFn) -> PodRequest:
     )
     return PodRequest(
         containers=[wanted],
-        gpu_types=draw(st.sampled_from(([], ["a100"], ["t4", "l40s"]))),
+        gpu_types=draw(st.sampled_from(([], ["a100"], ["t4", "l40s"], ["a10"]))),
         gpu_policy=draw(st.sampled_from(("binpack", "spread"))),
     )
 

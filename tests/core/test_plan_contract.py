@@ -376,3 +376,23 @@ def test_the_design_example_gives_the_design_answer(tmp_path: Path) -> None:
     status, out, _ = plan(tmp_path, DESIGN_CLUSTER, too_much, "--json")
     assert status == 1
     assert json.loads(out)["nodes"]["node-1"]["reasons"] == {"quota_exceeded": 1}
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
+
+
+def test_the_example_pod_does_not_fit_its_namespaces_quota_and_says_what_would(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status = main(["plan", str(EXAMPLES / "cluster.yaml"), str(EXAMPLES / "pod.yaml")])
+    out, err = capsys.readouterr()
+    assert (status, err) == (1, "")
+    assert out.splitlines() == [
+        "1 GPU with 10 GiB, 30% cores: does not fit: asks 10 GiB of GPU memory, the quota of "
+        "namespace team-a has 8 GiB left (32 GiB of 40 GiB in use)",
+        "  node-a100: its GPUs have room, the namespace quota does not: asks 10 GiB of GPU "
+        "memory here (quota)",
+        "  node-t4: its GPUs have room, the namespace quota does not: asks 10 GiB of GPU "
+        "memory here (quota)",
+        "would fit now: 1 GPU with 8 GiB, 30% cores on node-t4 (GPU 0)",
+    ]

@@ -64,7 +64,7 @@ def test_a_type_filter_that_rules_out_the_big_cards_suggests_dropping_it() -> No
     assert why.headline.endswith("asks 20 GiB per GPU; the largest matching GPU here has 15 GiB")
     assert "node-a: 1 of 1 GPU not a wanted model (gpu_type)" in why.nodes
     assert why.suggestions[-1] == (
-        "without the GPU type filter on node-a (GPU 0, nvidia-h100-80gb)"
+        "without the GPU type filter on node-a (GPU 0, NVIDIA-H100-80GB)"
     )
 
 
@@ -153,3 +153,90 @@ def test_every_suggestion_fits_where_it_says_when_applied(
         assert retry.fits, (suggestion, retry.nodes)
         granted = [g.index for c in retry.allocation.containers for g in c.gpus]  # type: ignore[union-attr]
         assert len(granted) == suggestion.gpus
+
+
+def test_a_request_larger_than_the_whole_quota_says_so_and_offers_what_the_quota_allows() -> None:
+    small = node("node-t4", gpu("T0", model=T4, memory_mib=15360))
+    pod = request(container(mem=80 * 1024, cores=30), namespace="team-a")
+    book = ledger(_h100s("node-a", 1), small, quotas={"team-a": {"limits": {"memory_mib": 40960}}})
+    why = explain(book.decide(pod, explain=True, suggest=True), pod)
+    assert why.headline == (
+        "does not fit: asks 80 GiB of GPU memory, the quota of namespace team-a allows 40 GiB "
+        "in all (nothing in use)"
+    )
+    assert "used up" not in why.text()
+    assert "node-a: its GPUs have room, the namespace quota does not: asks 80 GiB of GPU " in (
+        why.text()
+    )
+    # The largest slice the quota leaves room for, on a GPU that has it (not the 15 GiB T4).
+    assert why.suggestions == ["1 GPU with 40 GiB, 30% cores on node-a (GPU 0)"]
+
+
+def test_a_quota_with_too_little_left_says_what_is_left_of_how_much() -> None:
+    quota = {"team-a": {"limits": {"memory_mib": 40960}, "used": {"memory_mib": 32768}}}
+    pod = request(container(mem=10 * 1024, cores=30), namespace="team-a")
+    book = ledger(_h100s("node-a", 1), quotas=quota)
+    why = explain(book.decide(pod, explain=True, suggest=True), pod)
+    assert why.headline == (
+        "does not fit: asks 10 GiB of GPU memory, the quota of namespace team-a has 8 GiB left "
+        "(32 GiB of 40 GiB in use)"
+    )
+    assert why.suggestions == ["1 GPU with 8 GiB, 30% cores on node-a (GPU 0)"]
+
+
+def test_running_pods_of_the_namespace_count_as_in_use() -> None:
+    book = ledger(_h100s("node-a", 2), quotas={"team-a": {"limits": {"gpus": 2}}})
+    running = request(container(gpu=2, mem=1024), namespace="team-a", name="running")
+    decision = book.decide(running)
+    assert decision.allocation is not None
+    book.try_commit("uid-running", decision.allocation, "team-a")
+    pod = request(container(mem=1024), namespace="team-a")
+    why = explain(book.decide(pod, explain=True, suggest=True), pod)
+    assert why.headline == (
+        "does not fit: asks 1 GPU slice, the quota of namespace team-a has 0 left (2 of 2 in use)"
+    )
+    assert why.suggestions == []
+
+
+def test_a_cores_quota_is_counted_in_percent() -> None:
+    book = ledger(_h100s("node-a", 1), quotas={"team-a": {"limits": {"cores": 20}}})
+    pod = request(container(mem=1024, cores=30), namespace="team-a")
+    why = explain(book.decide(pod, explain=True, suggest=True), pod)
+    assert why.headline == (
+        "does not fit: asks 30% cores, the quota of namespace team-a allows 20% in all "
+        "(nothing in use)"
+    )
+    assert why.suggestions == ["1 GPU with 80 GiB, 20% cores on node-a (GPU 0)"]
+
+
+def test_a_gpu_prints_the_same_in_tables_and_why_not_texts() -> None:
+    from vslice_core.quantities import format_gib, format_mib
+
+    a10 = 23028  # MiB: 22.49 GiB, shown rounded down everywhere
+    assert (format_gib(a10, decimal=True), format_mib(a10)) == ("22.4", "22.4 GiB")
+    pod = request(container(mem=30 * 1024))
+    why = explain(
+        _decide(pod, node("node-a10", gpu("A0", model="NVIDIA A10", memory_mib=a10))), pod
+    )
+    assert why.headline.endswith("the largest GPU here has 22.4 GiB")
+
+
+def test_quota_amounts_that_would_print_alike_are_shown_in_mib() -> None:
+    quota = {"team-a": {"limits": {"memory_mib": 81920}, "used": {"memory_mib": 40930}}}
+    pod = request(container(mem=41000), namespace="team-a")
+    book = ledger(_h100s("node-a", 1), quotas=quota)
+    why = explain(book.decide(pod, explain=True), pod)
+    assert why.headline == (
+        "does not fit: asks 41000 MiB of GPU memory, the quota of namespace team-a has "
+        "40990 MiB left (39.9 GiB of 80 GiB in use)"
+    )
+
+
+def test_a_quota_already_past_its_limit_has_nothing_left() -> None:
+    quota = {"team-a": {"limits": {"memory_mib": 10240}, "used": {"memory_mib": 12288}}}
+    pod = request(container(mem=1024), namespace="team-a")
+    why = explain(ledger(_h100s("node-a", 1), quotas=quota).decide(pod, explain=True), pod)
+    assert why.headline == (
+        "does not fit: asks 1 GiB of GPU memory, the quota of namespace team-a has 0 MiB left "
+        "(12 GiB of 10 GiB in use)"
+    )

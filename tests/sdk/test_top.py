@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 from api_objects import cluster_objects
+from vslice import views
 from vslice.commands import allocations, top
 from vslice.errors import InvalidRequest
 from vslice.snapshot import ClusterSnapshot
-from vslice import views
 from vslice.views import gib
 
 

@@ -11,7 +11,8 @@ named after the container, so the same manifest means the same slice on either p
   (capacity requests are absolute amounts) and is refused with the MiB it would be per model;
 - ``gpucores`` -> ``capacity.requests.cores``;
 - ``use-gputype`` / ``nouse-gputype`` / ``use-gpuuuid`` / ``nouse-gpuuuid`` -> CEL selectors on
-  the ``model`` and ``uuid`` attributes; ``numa-bind`` with several GPUs -> a ``matchAttribute``
+  the ``model`` and ``uuid`` attributes (a type matches whole words of the model, as in the
+  engine: :mod:`vslice_core.gputypes`); ``numa-bind`` with several GPUs -> a ``matchAttribute``
   constraint on ``numaNode``.
 
 Node and GPU scheduling policies (binpack/spread/topology) and namespace quotas have no DRA
@@ -28,6 +29,7 @@ from typing import Any
 
 from vslice_core.dra import CORES, DEVICE_CLASS, DRIVER, MEMORY, MIB, SLOTS, claim_label
 from vslice_core.errors import InvalidRequest
+from vslice_core.gputypes import cel_pattern, wanted_of_pattern
 from vslice_core.model import ContainerRequest, PodRequest
 from vslice_core.quantities import parse_quantity
 
@@ -39,6 +41,7 @@ TEMPLATE_PREFIX = "vslice-"
 HASH_LENGTH = 12
 CAPACITIES = (MEMORY, CORES, SLOTS)
 _LABEL = re.compile(r"[^a-z0-9-]+")
+_ATTRS = f'device.attributes["{DRIVER}"]'
 
 
 def request_name(container: str) -> str:
@@ -52,18 +55,20 @@ def _quoted(text: str) -> str:
     return json.dumps(text)
 
 
+def _model_matches(wanted: str) -> str:
+    return f"{_ATTRS}.model.lowerAscii().matches({_quoted(cel_pattern(wanted))})"
+
+
 def selectors(request: PodRequest) -> list[dict[str, Any]]:
     """CEL selectors for the pod's GPU type and UUID filters (same meaning as the engine's:
-    a type matches when the lower-case model contains it; UUIDs match exactly)."""
-    attrs = f'device.attributes["{DRIVER}"]'
+    a type matches whole words of the model, :mod:`vslice_core.gputypes`; UUIDs match
+    exactly)."""
+    attrs = _ATTRS
     found = []
     if request.gpu_types:
-        anyof = " || ".join(
-            f"{attrs}.model.lowerAscii().contains({_quoted(t)})" for t in request.gpu_types
-        )
-        found.append(anyof)
+        found.append(" || ".join(_model_matches(t) for t in request.gpu_types))
     for kind in request.gpu_types_exclude:
-        found.append(f"!{attrs}.model.lowerAscii().contains({_quoted(kind)})")
+        found.append(f"!{_model_matches(kind)}")
     if request.gpu_uuids:
         found.append(f"{attrs}.uuid in [{', '.join(_quoted(u) for u in request.gpu_uuids)}]")
     if request.gpu_uuids_exclude:
@@ -269,10 +274,10 @@ def _ours(klass: str) -> bool:
     return klass == DRIVER or klass.endswith("." + DRIVER)
 
 
-_MODEL_CONTAINS = re.compile(
+_MODEL_MATCHES = re.compile(
     r'^device\.attributes\["'
     + re.escape(DRIVER)
-    + r'"\]\.model\.lowerAscii\(\)\.contains\(("(?:[^"\\]|\\.)*")\)$'
+    + r'"\]\.model\.lowerAscii\(\)\.matches\(("(?:[^"\\]|\\.)*")\)$'
 )
 
 
@@ -283,10 +288,12 @@ def _type_filters(expression: str) -> tuple[list[str], list[str]] | None:
     wanted = []
     for part in parts:
         negated = part.startswith("!")
-        found = _MODEL_CONTAINS.match(part.removeprefix("!"))
+        found = _MODEL_MATCHES.match(part.removeprefix("!"))
         if found is None or (negated and len(parts) > 1):
             return None
-        text = json.loads(found.group(1))
+        text = wanted_of_pattern(json.loads(found.group(1)))
+        if text is None:
+            return None
         if negated:
             return [], [text]
         wanted.append(text)
