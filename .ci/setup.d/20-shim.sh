@@ -1,9 +1,10 @@
-# The shim: libvslice.so and the fake driver, built with gcc alone; then NVIDIA's cuda.h and
-# nvml.h from their PyPI wheels, for the test that compares the shim's declarations with them.
-# Sourced by .ci/setup; idempotent.
+# The shim: libvslice.so and the fake driver, built with gcc alone; then (full profile only)
+# NVIDIA's cuda.h and nvml.h from their wheels, for the test that compares the shim's
+# declarations with them. Sourced by .ci/setup; idempotent.
 make -C shim -j2
 cuda_headers="$HOME/.cache/vslice/cuda-headers"
-if [ ! -f "$cuda_headers/include/cuda.h" ] || [ ! -f "$cuda_headers/include/nvml.h" ]; then
+if [ "${VSLICE_SETUP:-full}" = full ] &&
+  { [ ! -f "$cuda_headers/include/cuda.h" ] || [ ! -f "$cuda_headers/include/nvml.h" ]; }; then
   mkdir -p "$cuda_headers/include"
   if .venv/bin/python -m pip download -q --no-deps -d "$cuda_headers" \
       nvidia-cuda-runtime-cu12==12.9.79 nvidia-nvml-dev-cu12==12.9.79; then

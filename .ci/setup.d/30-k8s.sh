@@ -1,8 +1,10 @@
 # The local lab's binaries: etcd, the Kubernetes components and kwok, built once from Go modules
-# into ~/.cache/vslice/k8s/<version>/ (a second run finds them and builds nothing), and the real
-# node's kubelet and containerd; for the oldest supported Kubernetes version as well, without
-# the node binaries (its end-to-end smoke test runs simulated nodes only). Sourced by .ci/setup
-# after the virtualenv exists. Needs Go >= 1.26 (kwok v0.8 asks for it); an older go is asked
+# into ~/.cache/vslice/k8s/<version>/ (a second run finds them and builds nothing), the real
+# node's kubelet and containerd, and kubeadm and kubectl (the bundle's; kubectl is linked as
+# .venv/bin/kubectl, the lab's version); in the full profile the oldest supported Kubernetes
+# version as well, without the node binaries (its end-to-end smoke test runs simulated nodes
+# only). Each build says what it builds, about how long it takes and where its log is. Sourced
+# by .ci/setup after the virtualenv exists. Needs Go >= 1.26 (kwok v0.8 asks for it); an older go is asked
 # for that toolchain with GOTOOLCHAIN (it downloads it through its own proxy settings and caches
 # it in the module cache).
 vslice_go_toolchain="go1.26.8"
@@ -13,10 +15,14 @@ for dir in /usr/local/go/bin "$HOME/.cache/vslice/go/bin"; do
     export PATH="$PATH:$dir"
   fi
 done
+k8s_built() {
+  .venv/bin/python -m vslice_build.binaries --check >/dev/null 2>&1 || return 1
+  [ "${VSLICE_SETUP:-full}" = lab ] && return 0
+  .venv/bin/python -m vslice_build.binaries --check --no-node --version "$vslice_k8s_oldest" \
+    >/dev/null 2>&1
+}
 if ! command -v go >/dev/null 2>&1 || ! go version | grep -qE 'go1\.(2[6-9]|[3-9][0-9])'; then
-  if ! .venv/bin/python -m vslice_build.binaries --check >/dev/null 2>&1 ||
-    ! .venv/bin/python -m vslice_build.binaries --check --no-node --version "$vslice_k8s_oldest" \
-      >/dev/null 2>&1; then
+  if ! k8s_built; then
     if ! command -v go >/dev/null 2>&1; then
       echo "30-k8s: the lab's binaries must be built once and no Go toolchain is installed;" >&2
       echo "  install Go (1.21 or newer fetches $vslice_go_toolchain itself)" >&2
@@ -28,4 +34,16 @@ if ! command -v go >/dev/null 2>&1 || ! go version | grep -qE 'go1\.(2[6-9]|[3-9
   fi
 fi
 .venv/bin/python -m vslice_build.binaries
-.venv/bin/python -m vslice_build.binaries --no-node --version "$vslice_k8s_oldest"
+if [ "${VSLICE_SETUP:-full}" = full ]; then
+  .venv/bin/python -m vslice_build.binaries --no-node --version "$vslice_k8s_oldest"
+fi
+# kubectl of the lab's version beside vslice, so the docs' `.venv/bin/kubectl` works on a machine
+# without one; a kubectl someone put there is left alone.
+k8s_kubectl="$(.venv/bin/python -c \
+  'from vslice_build.binaries import ensure_tools; print(ensure_tools()["kubectl"])')"
+if [ ! -e .venv/bin/kubectl ] || [ -L .venv/bin/kubectl ]; then
+  ln -sfn "$k8s_kubectl" .venv/bin/kubectl
+fi
+echo "kubectl: .venv/bin/kubectl -> $(readlink .venv/bin/kubectl || echo "$k8s_kubectl")"
+unset -f k8s_built
+unset vslice_k8s_oldest k8s_kubectl

@@ -7,9 +7,9 @@ gRPC or the Kubernetes client. Each command module provides
 in ``vslice.commands``; the operator's (``serve``, ``lab``, ``bundle``) in ``vslice_ops``,
 outside the SDK package, and are named here only as strings.
 
-An unknown option is reported with the usage of the (sub)command it was given to, and a
-reader that closes the pipe early (``vslice top | head -3``) ends the command quietly with
-status 141, as a shell reports SIGPIPE.
+``vslice --version`` prints the installed version. An unknown option is reported with the
+usage of the (sub)command it was given to, and a reader that closes the pipe early
+(``vslice top | head -3``) ends the command quietly with status 141, as a shell reports SIGPIPE.
 
 ``kubectl vslice``: the console script ``kubectl-vslice`` (:func:`kubectl_main`) is the same
 command as a kubectl plugin, limited to the read-only views a kubectl user asks for
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -59,6 +60,8 @@ def build_parser(
 ) -> argparse.ArgumentParser:
     """Build the parser; only the chosen subcommand's module is imported."""
     parser = argparse.ArgumentParser(prog=prog, description="Fractional GPU sharing.")
+    if commands is COMMANDS:  # the plugin's usage stays its four views (kubectl has --version)
+        parser.add_argument("--version", action="version", version=f"vslice {package_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     chosen = next((a for a in argv if not a.startswith("-")), None)
     for name, (module, help_text) in commands.items():
@@ -67,6 +70,16 @@ def build_parser(
             sub_parser.set_defaults(usage_parser=sub_parser)
             importlib.import_module(module).add_arguments(sub_parser)
     return parser
+
+
+def package_version() -> str:
+    """The installed distribution's version (what pip installed), else the package's own."""
+    try:
+        return importlib.metadata.version("vslice")
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout without installing
+        from vslice import __version__
+
+        return __version__
 
 
 def parse(

@@ -58,6 +58,60 @@ SYSTEM_TOOLS: dict[str, tuple[str, ...]] = {
 """What a real node takes from the distribution (Debian: runc, containernetworking-plugins),
 by the paths where the packages install them."""
 
+BUILD_SECONDS: dict[str, float] = {
+    "kube-apiserver": 80,
+    "kube-scheduler": 40,
+    "kube-controller-manager": 60,
+    "kwok": 57,
+    "etcd": 24,
+    "kubelet": 103,
+    "containerd": 53,
+    "containerd-shim-runc-v2": 0,
+    "ctr": 0,
+    "kubeadm": 12,
+    "kubectl": 10,
+}
+"""Seconds each binary took to build, measured on an idle 2-core machine (Kubernetes v1.36.3,
+Go modules already downloaded, in the order ``python -m vslice_build.binaries`` builds them,
+so each build found the packages the earlier ones compiled). The three control-plane
+components are one ``go build`` (180 s), split by their sizes; containerd's three binaries are
+one as well. Only for the estimates printed before a build: see :func:`estimate`."""
+MEASURED_CORES = 2
+
+
+def estimate(names: Sequence[str], cores: int | None = None) -> float:
+    """Seconds building ``names`` should take on this machine. Every build runs ``go build -p
+    2``, so a machine with more than two cores compiles barely faster, and one with a single
+    core takes about twice as long. A binary not in :data:`BUILD_SECONDS` counts a minute."""
+    usable = min(cores or os.cpu_count() or 1, MEASURED_CORES)
+    return sum(BUILD_SECONDS.get(name, 60.0) for name in names) * MEASURED_CORES / usable
+
+
+def _minutes(seconds: float) -> str:
+    if seconds < 90:
+        return "about a minute" if seconds >= 45 else "under a minute"
+    return f"about {round(seconds / 60)} min"
+
+
+def _announce(component: str, names: Sequence[str], label: str, log: Path) -> float:
+    """Say what is being built, for how long, and where its log is; the start time."""
+    cores = os.cpu_count() or 1
+    print(
+        f"building {component} ({label}): {_minutes(estimate(names))} on {cores} "
+        f"core{'s' if cores != 1 else ''} (more on a first run, which also downloads its Go "
+        f"modules), log: {log}",
+        file=sys.stderr,
+        flush=True,
+    )
+    return time.monotonic()
+
+
+def _built(component: str, started: float, steps: dict[str, float]) -> None:
+    seconds = round(time.monotonic() - started, 1)
+    steps[component] = seconds
+    print(f"built {component} in {seconds:.0f} s", file=sys.stderr, flush=True)
+
+
 # The k8s.io modules that live in kubernetes/staging: the main module's go.mod points them at
 # ./staging, which a dependent module cannot see, so the wrapper pins each to v0.Y.Z. The list
 # changes between minors (1.36 added cri-streaming and streaming), so it is read from the
@@ -230,13 +284,18 @@ def ensure_tools(version: str = KUBERNETES_VERSION, *, quiet: bool = False) -> d
                 go = _go()
                 started = time.monotonic()
                 command, workdir = _kubernetes_step(go, version, missing, directory)
+                component = "+".join(missing)
+                steps: dict[str, float] = {}
+                step_started = started
                 if not quiet:
-                    print(f"building {', '.join(missing)} (log: {log}) ...", file=sys.stderr)
+                    step_started = _announce(component, missing, f"Kubernetes {version}", log)
                 with log.open("a") as out:
                     out.write(f"\n$ (cd {workdir} && {' '.join(command)})\n")
                     out.flush()
-                    _run_logged("+".join(missing), command, workdir, out, log, go)
-                _record(directory, missing, time.monotonic() - started)
+                    _run_logged(component, command, workdir, out, log, go)
+                if not quiet:
+                    _built(component, step_started, steps)
+                _record(directory, missing, time.monotonic() - started, steps)
                 found = {name: _find(name, dirs) for name in TOOL_BINARIES}
     return {name: path for name, path in found.items() if path is not None}
 
@@ -299,21 +358,24 @@ def _build(version: str, missing: Sequence[str], *, quiet: bool) -> None:
     go = _go()
     started = time.monotonic()
     kube = [name for name in missing if name in KUBE_COMPONENTS]
-    steps: list[tuple[str, list[str], Path]] = []
+    steps: list[tuple[str, list[str], str, list[str], Path]] = []
     if kube:
-        steps.append(("+".join(kube), *_kubernetes_step(go, version, kube, directory)))
+        label = f"Kubernetes {version}"
+        steps.append(("+".join(kube), kube, label, *_kubernetes_step(go, version, kube, directory)))
     if "kwok" in missing:
-        steps.append(("kwok", *_kwok_step(go, directory)))
+        steps.append(("kwok", ["kwok"], f"kwok {KWOK_VERSION}", *_kwok_step(go, directory)))
     if "etcd" in missing:
-        steps.append(("etcd", *_etcd_step(go, directory)))
+        steps.append(("etcd", ["etcd"], f"etcd {ETCD_VERSION}", *_etcd_step(go, directory)))
+    took: dict[str, float] = {}
     with log.open("a") as out:
-        for component, command, workdir in steps:
-            if not quiet:
-                print(f"building {component} (log: {log}) ...", file=sys.stderr, flush=True)
+        for component, names, label, command, workdir in steps:
+            step_started = _announce(component, names, label, log) if not quiet else 0.0
             out.write(f"\n$ (cd {workdir} && {' '.join(command)})\n")
             out.flush()
             _run_logged(component, command, workdir, out, log, go)
-    _record(directory, missing, time.monotonic() - started)
+            if not quiet:
+                _built(component, step_started, took)
+    _record(directory, missing, time.monotonic() - started, took)
 
 
 def _build_node(version: str, missing: Sequence[str], *, quiet: bool) -> None:
@@ -321,20 +383,25 @@ def _build_node(version: str, missing: Sequence[str], *, quiet: bool) -> None:
     log = directory / "build.log"
     go = _go()
     started = time.monotonic()
-    steps: list[tuple[str, list[str], Path, bool]] = []
+    steps: list[tuple[str, list[str], str, list[str], Path, bool]] = []
     if "kubelet" in missing:
         # The kubelet needs cgo (libcontainer's cgroup and mount code).
-        steps.append(("kubelet", *_kubernetes_step(go, version, ["kubelet"], directory), True))
+        kubelet = _kubernetes_step(go, version, ["kubelet"], directory)
+        steps.append(("kubelet", ["kubelet"], f"Kubernetes {version}", *kubelet, True))
     if any(name in missing for name in CONTAINERD_BINARIES):
-        steps.append(("containerd", *_containerd_step(go), False))
+        label = f"containerd {CONTAINERD_VERSION}"
+        names = [name for name in missing if name in CONTAINERD_BINARIES]
+        steps.append(("containerd", names, label, *_containerd_step(go), False))
+    took: dict[str, float] = {}
     with log.open("a") as out:
-        for component, command, workdir, cgo in steps:
-            if not quiet:
-                print(f"building {component} (log: {log}) ...", file=sys.stderr, flush=True)
+        for component, names, label, command, workdir, cgo in steps:
+            step_started = _announce(component, names, label, log) if not quiet else 0.0
             out.write(f"\n$ (cd {workdir} && {' '.join(command)})\n")
             out.flush()
             _run_logged(component, command, workdir, out, log, go, cgo=cgo)
-    _record(directory, missing, time.monotonic() - started)
+            if not quiet:
+                _built(component, step_started, took)
+    _record(directory, missing, time.monotonic() - started, took)
 
 
 def _run_logged(
@@ -474,14 +541,20 @@ def _containerd_step(go: str) -> tuple[list[str], Path]:
     return ["bash", "-ec", script], workdir
 
 
-def _record(directory: Path, built: Sequence[str], seconds: float) -> None:
-    """Append how long a build took to ``build.json`` (reported in docs and issue notes)."""
+def _record(
+    directory: Path, built: Sequence[str], seconds: float, steps: dict[str, float] | None = None
+) -> None:
+    """Append how long a build took, and each of its steps, to ``build.json`` (the figures
+    behind :data:`BUILD_SECONDS` and the docs)."""
     record_file = directory / "build.json"
     records: list[dict[str, object]] = []
     if record_file.exists():
         with contextlib.suppress(ValueError):
             records = json.loads(record_file.read_text())
-    records.append({"built": list(built), "seconds": round(seconds, 1), "at": time.time()})
+    entry: dict[str, object] = {"built": list(built), "seconds": round(seconds, 1)}
+    if steps:
+        entry["steps"] = steps
+    records.append({**entry, "cores": os.cpu_count(), "at": time.time()})
     record_file.write_text(json.dumps(records, indent=1) + "\n")
 
 

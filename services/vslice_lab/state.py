@@ -2,6 +2,10 @@
 
 It is rewritten after every component starts, so a crash in the middle of ``up`` still leaves
 enough behind for the next ``up`` (or ``down``) to stop what was started.
+
+Outside any state directory, ``vslice lab up`` notes the state directory it started in
+``$XDG_STATE_HOME/vslice/last-lab`` (:func:`remember`), which the other ``vslice lab``
+commands fall back to when ``--state-dir`` is not given and ``.lab`` holds no lab (:func:`find`).
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from vslice_lab.layout import Layout
@@ -100,3 +105,63 @@ def load(layout: Layout) -> LabRecord | None:
 
 def forget(layout: Layout) -> None:
     layout.record.unlink(missing_ok=True)
+
+
+# Where ``vslice lab up`` notes the state directory it started, so that ``status``, ``down``,
+# ``import-image`` and ``kubectl`` find a lab started with ``--state-dir`` (or from another
+# directory) without being told again. One file per user: the last ``up`` wins.
+LAST_FILE_NAME = "last-lab"
+
+
+def last_file() -> Path:
+    """``$XDG_STATE_HOME/vslice/last-lab`` (``~/.local/state/vslice/last-lab``)."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "vslice" / LAST_FILE_NAME
+
+
+def remember(layout: Layout) -> None:
+    """Note ``layout`` as the lab the next command without ``--state-dir`` falls back to."""
+    target = last_file()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_suffix(".tmp")
+    partial.write_text(f"{layout.root}\n")
+    os.replace(partial, target)
+
+
+def remembered() -> Layout | None:
+    """The lab the last ``up`` noted, None when none is noted or none runs there any more."""
+    try:
+        noted = last_file().read_text().strip()
+    except OSError:
+        return None
+    if not noted:
+        return None
+    layout = Layout.at(noted)
+    return layout if load(layout) is not None else None
+
+
+def forget_remembered(layout: Layout) -> None:
+    """Drop the note when it names ``layout`` (after ``down``); a note naming another lab stays."""
+    try:
+        noted = last_file().read_text().strip()
+    except OSError:
+        return
+    if noted == str(layout.root):
+        last_file().unlink(missing_ok=True)
+
+
+def find(given: Path | None, default: Path) -> tuple[Layout, bool]:
+    """The lab a command acts on, and whether it came from the note of the last ``up``.
+
+    ``given`` (``--state-dir``) always wins. Without it: ``default`` (``.lab`` here) when a
+    lab is recorded there, else the lab the last ``up`` noted, else ``default``, whose missing
+    record the caller reports as "no lab recorded"."""
+    if given is not None:
+        return Layout.at(given), False
+    here = Layout.at(default)
+    if load(here) is not None:
+        return here, False
+    noted = remembered()
+    if noted is not None:
+        return noted, True
+    return here, False

@@ -1,6 +1,12 @@
-"""``vslice lab up|down|status|import-image``: a real control plane with simulated GPU nodes and a
-real GPU node (a kubelet and containerd, the fake driver standing in for the GPUs), on this
-machine.
+"""``vslice lab up|down|status|import-image|kubectl``: a real control plane with simulated GPU
+nodes and a real GPU node (a kubelet and containerd, the fake driver standing in for the GPUs),
+on this machine.
+
+Which lab: ``up`` starts one in ``--state-dir`` (default ``.lab``) and notes that directory
+(``vslice_lab.state.remember``); the other actions take ``--state-dir`` too and, without it,
+act on ``.lab`` when a lab runs there, else on the lab the last ``up`` noted, and say so.
+``kubectl`` runs the lab's own kubectl (its Kubernetes version, from the build cache) with the
+lab's kubeconfig.
 
 ``up`` prints progress on stderr and one line on stdout, ``export KUBECONFIG=...``, so
 ``eval "$(vslice lab up)"`` points kubectl and the SDK at the lab; on a lab that already runs,
@@ -13,9 +19,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
+import os
 import shlex
 import shutil
+import subprocess
 import sys
+import tarfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -33,15 +44,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ("down", "stop every process the lab started and remove its cluster data"),
         ("status", "show each component's health"),
         ("import-image", "import an OCI image archive into the lab's real node(s)"),
+        ("kubectl", "run the lab's kubectl (its version, the lab's kubeconfig) with ARGS"),
     ):
         sub = actions.add_parser(name, help=help_text, description=help_text)
         sub.set_defaults(usage_parser=sub)
+        where = (
+            f"default {DEFAULT_STATE_DIR}"
+            if name == "up"
+            else f"default {DEFAULT_STATE_DIR} when a lab runs there, else the last `lab up`'s"
+        )
         sub.add_argument(
             "--state-dir",
             type=Path,
-            default=DEFAULT_STATE_DIR,
-            help=f"logs, certificates, kubeconfig of the lab (default {DEFAULT_STATE_DIR})",
+            default=DEFAULT_STATE_DIR if name == "up" else None,
+            help=f"logs, certificates, kubeconfig of the lab ({where})",
         )
+        if name == "kubectl":
+            sub.add_argument(
+                "kubectl_args",
+                nargs=argparse.REMAINDER,
+                metavar="ARGS",
+                help="kubectl's arguments, verb first (`get pods -n NS`; or after `--`)",
+            )
         if name == "import-image":
             sub.add_argument(
                 "archive",
@@ -100,6 +124,8 @@ def run(args: argparse.Namespace) -> int:
             return _down(args)
         if args.action == "import-image":
             return _import_image(args)
+        if args.action == "kubectl":
+            return _kubectl(args)
         return _status(args)
     except InvalidRequest as error:
         sys.stderr.write(error_text(f"lab {args.action}", error))
@@ -133,6 +159,7 @@ def shell_command(argv: Sequence[str]) -> str:
 def _up(args: argparse.Namespace) -> int:
     from vslice_lab.lab import LabAlreadyRunning, LabOptions, services_installed, up
     from vslice_lab.layout import Layout
+    from vslice_lab.state import remember
 
     services = False if args.no_services else None
     if services is None and not all(services_installed().values()):
@@ -164,6 +191,7 @@ def _up(args: argparse.Namespace) -> int:
             f"up: API server {record.server}, {simulated} simulated node(s), real node(s): "
             f"{real}; logs in {layout.logs}; stop with `{stop}`"
         )
+    remember(layout)
     print(export_line(layout.kubeconfig), flush=True)
     if args.example:
         uuids = real_node_gpus(record.inventory, record.real_nodes)
@@ -221,13 +249,29 @@ def _example(kubeconfig: Path, real_gpus: list[str], *, services: bool) -> int:
         return main(argv)
 
 
+def _which_lab(args: argparse.Namespace) -> Path:
+    """The state dir to act on (``vslice_lab.state.find``); says so when it is the lab the last
+    ``up`` noted rather than ``.lab`` here."""
+    from vslice_lab.lab import DEFAULT_STATE_DIR
+    from vslice_lab.state import find
+
+    layout, noted = find(args.state_dir, DEFAULT_STATE_DIR)
+    if noted:
+        _progress(f"using the lab in {layout.root} (the last `vslice lab up` started it there)")
+    return layout.root
+
+
 def _down(args: argparse.Namespace) -> int:
     from vslice_lab.lab import down
+    from vslice_lab.layout import Layout
+    from vslice_lab.state import forget_remembered
 
-    stopped = down(args.state_dir)
+    state_dir = _which_lab(args)
+    stopped = down(state_dir)
     if stopped is None:
-        print(f"no lab recorded in {args.state_dir}; nothing to stop")
+        print(f"no lab recorded in {state_dir}; nothing to stop")
         return 0
+    forget_remembered(Layout.at(state_dir))
     print(f"stopped: {', '.join(stopped) if stopped else 'nothing was running'}")
     return 0
 
@@ -236,12 +280,13 @@ def _status(args: argparse.Namespace) -> int:
     from vslice_lab import prometheus
     from vslice_lab.lab import ready_nodes, status
 
-    result = status(args.state_dir)
+    state_dir = _which_lab(args)
+    result = status(state_dir)
     if result is None:
-        print(f"no lab recorded in {args.state_dir} (start one with `vslice lab up`)")
+        print(f"no lab recorded in {state_dir} (start one with `vslice lab up`)")
         return 1
     record, lines = result
-    ready = ready_nodes(args.state_dir)
+    ready = ready_nodes(state_dir)
     shown = "unknown (API not answering)" if ready is None else f"{len(ready)}/{len(record.nodes)}"
     print(f"API server {record.server}  Kubernetes {record.version}  nodes Ready {shown}")
     real = ", ".join(record.real_nodes) or "none"
@@ -262,6 +307,94 @@ def _status(args: argparse.Namespace) -> int:
 def _import_image(args: argparse.Namespace) -> int:
     from vslice_lab.lab import import_image
 
-    names = import_image(args.state_dir, args.archive)
+    names = import_image(_which_lab(args), args.archive)
     print(f"imported {args.archive} into {', '.join(names)}")
+    images = archive_image_names(args.archive)
+    if images:
+        for image in images:
+            print(f"use it in a pod as image: {image}")
+    else:
+        print(
+            "the archive names no image, so containerd keeps it by digest only: tag the image "
+            "before saving it (e.g. `podman save --format oci-archive -o FILE myimage:1`)"
+        )
     return 0
+
+
+def archive_image_names(archive: Path, today: str | None = None) -> list[str]:
+    """The names ``ctr images import`` gives the images of an OCI or docker archive, which is
+    what a pod's ``image:`` says. An OCI archive names an image by the annotation
+    ``io.containerd.image.name`` (a full name) or ``org.opencontainers.image.ref.name``, which
+    ctr keeps as it is when it looks like a full reference and otherwise, when it is a bare tag,
+    prefixes with ``import-<today>:``; a docker archive by its ``RepoTags``, which the kubelet
+    resolves as docker does (``myimage:1`` is ``docker.io/library/myimage:1``)."""
+    prefix = f"import-{today or time.strftime('%Y-%m-%d')}"
+    try:
+        with tarfile.open(archive) as tar:
+            index = _tar_json(tar, "index.json")
+            docker = _tar_json(tar, "manifest.json")
+    except (OSError, tarfile.TarError):
+        return []
+    names: list[str] = []
+    if isinstance(index, dict):
+        for entry in index.get("manifests") or []:
+            notes = entry.get("annotations") if isinstance(entry, dict) else None
+            if not isinstance(notes, dict):
+                continue
+            name = notes.get("io.containerd.image.name") or notes.get(
+                "org.opencontainers.image.ref.name"
+            )
+            if isinstance(name, str) and name:
+                full = any(mark in name for mark in "/:@")
+                names.append(name if full else f"{prefix}:{name}")
+    if isinstance(docker, list):
+        for entry in docker:
+            tags = entry.get("RepoTags") if isinstance(entry, dict) else None
+            names.extend(tag for tag in tags or [] if isinstance(tag, str))
+    return list(dict.fromkeys(names))
+
+
+def _tar_json(tar: tarfile.TarFile, member: str) -> object:
+    """A JSON member of an open tar file, None when absent or not JSON."""
+    try:
+        handle = tar.extractfile(member)
+    except KeyError:
+        return None
+    if handle is None:
+        return None
+    try:
+        return json.loads(handle.read())
+    except ValueError:
+        return None
+
+
+def kubectl_path(version: str) -> Path:
+    """The kubectl of the lab's Kubernetes version: from ``--bin-dir``-style directories
+    (``$VSLICE_LAB_BIN_DIR``, ``$KUBEBUILDER_ASSETS``) or the build cache, built once into the
+    cache when it is in neither (as ``lab up`` builds what it runs)."""
+    from vslice_build import binaries
+
+    for directory in [*binaries.search_dirs(), binaries.cache_dir(version) / "bin"]:
+        candidate = directory / "kubectl"
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    return binaries.ensure_tools(version)["kubectl"]
+
+
+def _kubectl(args: argparse.Namespace) -> int:
+    """``kubectl --kubeconfig <lab> ARGS``; its exit status is the command's."""
+    from vslice_lab import state
+    from vslice_lab.layout import Layout
+
+    state_dir = _which_lab(args)
+    record = state.load(Layout.at(state_dir))
+    if record is None:
+        print(f"no lab recorded in {state_dir} (start one with `vslice lab up`)", file=sys.stderr)
+        return 1
+    rest = list(args.kubectl_args)
+    if rest[:1] == ["--"]:
+        rest = rest[1:]
+    kubeconfig = Layout.at(state_dir).kubeconfig
+    command = [str(kubectl_path(record.version)), "--kubeconfig", str(kubeconfig), *rest]
+    sys.stdout.flush()
+    return subprocess.run(command, check=False).returncode
