@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import stat
 import subprocess
 import threading
@@ -123,6 +124,32 @@ def test_unprepare_removes_everything_and_is_idempotent(tmp_path: Path, handover
     assert not (tmp_path / "regions" / REF.uid).exists()
     assert restarted.checkpoint.uids() == set()
     assert restarted.unprepare([REF]) == {REF.uid: None}
+
+
+def test_unprepare_removes_a_hostile_tree_in_the_claims_region_without_leaving_it(
+    tmp_path: Path, handover: Handover
+) -> None:
+    """The claim's region directory is the containers' to write: a nest deeper than Python's
+    recursion limit (shutil.rmtree raised RecursionError on it, past the OSError handler) and
+    links to host files must neither stop the unprepare nor reach outside."""
+    outside = tmp_path / "host"
+    outside.mkdir()
+    (outside / "keep").write_text("host data")
+    claims = Claims(allocated_claim())
+    prepared = preparer(tmp_path, handover, claims)
+    prepared.prepare([REF])
+    region = tmp_path / "regions" / REF.uid / "main"
+    (region / "to-host").symlink_to(outside)
+    fd = os.open(region, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(1200):
+        os.mkdir("d", dir_fd=fd)
+        below = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = below
+    os.close(fd)
+    assert prepared.unprepare([REF]) == {REF.uid: None}
+    assert not (tmp_path / "regions" / REF.uid).exists()
+    assert (outside / "keep").read_text() == "host data"
 
 
 @pytest.mark.parametrize(

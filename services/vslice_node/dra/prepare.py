@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -41,6 +40,7 @@ from vslice_core.model import GpuGrant, NodeInventory
 
 from vslice_node.dra.claims import ClaimError, ClaimRef, Prepared, PreparedDevice
 from vslice_node.handover import cdispec
+from vslice_node.handover.cachedirs import remove_dir
 from vslice_node.handover.checkpoint import Checkpoint, PreparedClaim
 from vslice_node.handover.container import (
     Handover,
@@ -197,11 +197,13 @@ class ClaimPreparer:
         try:
             claim_spec_path(self.cdi_dir, ref.uid).unlink(missing_ok=True)
             for root in (layout.limits_root, layout.cache_root):
-                shutil.rmtree(root / ref.uid, ignore_errors=True)
+                if root.is_dir():
+                    # The claim's region directory is the tenant's to write: no rmtree, which
+                    # a deep enough nest there turns into a RecursionError.
+                    remove_dir(root, ref.uid)
         except OSError as error:
-            return ClaimError(
-                f"ResourceClaim {ref}: cannot remove {error.filename}: {error.strerror}"
-            )
+            where = error.filename or f"the files of claim {ref.uid}"
+            return ClaimError(f"ResourceClaim {ref}: cannot remove {where}: {error.strerror}")
         self.checkpoint.drop(ref.uid)
         if done is not None:
             log.info("claim unprepared", extra={"claim": str(ref)})

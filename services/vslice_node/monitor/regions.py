@@ -9,6 +9,13 @@ once per file and problem, and the others are still read.
 Containers come and go while a scrape walks the tree: the device plugin removes a pod's
 directory when the pod is deleted. A directory or file that vanishes between listing and
 reading is a region that is gone, not an unreadable one, and never fails the scrape.
+
+Everything in a container's directory is the container's to write, so it is hostile input
+(docs/security.md): whatever sits at ``vslice.cache`` (a link, a FIFO, a device node, a
+directory, a file truncated in a loop) is handed to the reader, which refuses all but a
+regular file of a region's size without following or blocking, and is counted as unreadable.
+The pod and container directories above it are the node's own; an entry there that is not a
+plain directory is skipped without being followed.
 """
 
 from __future__ import annotations
@@ -71,10 +78,10 @@ def find_regions(cache_root: Path) -> list[RegionFile]:
                 continue
             path = Path(container.path) / REGION_FILE
             try:
-                if path.is_file():
-                    found.append(RegionFile(pod.name, container.name, path))
+                os.lstat(path)  # whatever it is: the reader decides, without following it
             except OSError:
                 continue
+            found.append(RegionFile(pod.name, container.name, path))
     return found
 
 
@@ -93,22 +100,26 @@ class RegionReader:
 
     def read(self) -> Iterator[ContainerRegion]:
         unreadable = 0
-        seen: set[tuple[Path, str]] = set()
-        for found in find_regions(self.cache_root):
+        found = find_regions(self.cache_root)
+        for region_file in found:
             try:
-                with open_region(found.path) as region:
+                with open_region(region_file.path) as region:
                     snapshot = region.snapshot()
             except RegionError as exc:
                 if _vanished(exc):
                     continue  # removed since it was listed: the container is gone
                 unreadable += 1
-                key = (found.path, str(exc))
-                seen.add(key)
-                if key not in self._reported:
-                    log.warning(
-                        "region unreadable", extra={"path": str(found.path), "error": str(exc)}
-                    )
+                self._report(region_file.path, exc)
                 continue
-            yield ContainerRegion(found, snapshot)
-        self._reported = seen  # a problem that went away and comes back is logged again
+            yield ContainerRegion(region_file, snapshot)
+        # Kept while the file is there: a region its container truncates in a loop is short,
+        # then foreign, then fine, and would otherwise log at every scrape.
+        listed = {region_file.path for region_file in found}
+        self._reported = {key for key in self._reported if key[0] in listed}
         self.unreadable = unreadable
+
+    def _report(self, path: Path, exc: RegionError) -> None:
+        key = (path, exc.field or str(exc))
+        if key not in self._reported:
+            self._reported.add(key)
+            log.warning("region unreadable", extra={"path": str(path), "error": str(exc)})

@@ -1,16 +1,22 @@
 """Open, validate and read the shared region; create one (tests and tools).
 
 Readers never take the region's lock: :meth:`Region.snapshot` copies the whole file in one go
-and decodes the copy, so a reader can neither block the processes of a container nor be blocked
-by one that died. Each 8-byte field is written atomically by the shim, so a value is never torn;
-only fields updated by one call may be seen half-way (for example a slot's ``used`` updated
-while the device total is not yet). That is good enough for metrics.
+(``pread``, never a mapping) and decodes the copy, so a reader can neither block the processes
+of a container nor be blocked by one that died. Each 8-byte field is written atomically by the
+shim, so a value is never torn; only fields updated by one call may be seen half-way (for
+example a slot's ``used`` updated while the device total is not yet). That is good enough for
+metrics.
+
+The file lies in a directory the container can write, so the reader takes it as hostile input:
+it opens only a regular file of a sane size, never follows a link, never blocks on the open and
+turns a file truncated under it into a :class:`RegionError` (docs/security.md).
 """
 
 from __future__ import annotations
 
-import mmap
+import errno
 import os
+import stat
 import time
 import uuid as uuidlib
 from collections.abc import Sequence
@@ -124,16 +130,104 @@ def _validate(path: str, header: Any, size: int) -> None:
         )
 
 
-class Region:
-    """A region file mapped read-only. Use :func:`open_region` to get one."""
+# The shim maps only the region's size and accepts a longer file, so a little slack; a file
+# far longer (a sparse file of terabytes) is no region, whatever its first bytes say.
+MAX_FILE_SIZE = 4 * 1024 * 1024
 
-    def __init__(self, path: str, mapping: mmap.mmap) -> None:
+_KINDS = (
+    (stat.S_ISLNK, "a symbolic link"),
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _check_kind(path: str, info: os.stat_result) -> None:
+    if stat.S_ISREG(info.st_mode):
+        return
+    kind = next((text for test, text in _KINDS if test(info.st_mode)), "not a regular file")
+    raise RegionError(f"{path} is {kind}, not a region file", field="type", value=kind)
+
+
+def _open_error(path: str, error: OSError) -> RegionError:
+    if error.errno == errno.ELOOP:  # O_NOFOLLOW refused the last component
+        return RegionError(
+            f"{path} is a symbolic link, not a region file", field="type", value="symlink"
+        )
+    return RegionError(f"cannot open region {path}: {error.strerror}", field="path", value=path)
+
+
+_READ = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def _open_regular(path: str) -> int:
+    """A descriptor open for reading on the regular file ``path``, never anything else.
+
+    The file lies in a directory the container writes, so ``path`` may name anything: a link
+    to a host file, a FIFO (an open that never returns), a device node made with the
+    container's CAP_MKNOD (opening some, a watchdog, has effects on the host). The name is
+    first opened with ``O_PATH``, which opens nothing, its type checked on that descriptor,
+    and the same inode then opened for reading through ``/proc/self/fd``: a swap between the
+    check and the open cannot slip another file in. ``O_NONBLOCK`` stays as a second guard.
+    """
+    try:
+        probe = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as error:
+        raise _open_error(path, error) from error
+    try:
+        _check_kind(path, os.fstat(probe))
+        try:
+            return os.open(f"/proc/self/fd/{probe}", _READ)
+        except FileNotFoundError:  # no /proc: the checked name, still without following
+            return os.open(path, _READ | os.O_NOFOLLOW)
+    except OSError as error:
+        raise _open_error(path, error) from error
+    finally:
+        os.close(probe)
+
+
+def _read(fd: int, path: str, size: int) -> bytes:
+    """The first ``size`` bytes of the file, copied with ``pread``.
+
+    Never a mapping: the container can truncate the file at any moment, and a mapping read
+    past the new end is SIGBUS, which kills the reader. Here it is a short read.
+    """
+    data = b""
+    try:
+        while len(data) < size:
+            chunk = os.pread(fd, size - len(data), len(data))
+            if not chunk:
+                break
+            data += chunk
+    except OSError as error:
+        raise RegionError(
+            f"cannot read region {path}: {error.strerror}", field="path", value=path
+        ) from error
+    if len(data) < size:
+        raise RegionError(
+            f"{path} was truncated while read: {len(data)} of {size} bytes",
+            field="truncated",
+            value=len(data),
+        )
+    return data
+
+
+class Region:
+    """A region file open for reading. Use :func:`open_region` to get one."""
+
+    def __init__(self, path: str, fd: int) -> None:
         self.path = path
-        self._map = mapping
+        self._fd = fd
 
     def snapshot(self) -> RegionSnapshot:
-        """Copy the region and decode the copy: devices in use and processes with a live slot."""
-        data = self._map[: abi.REGION_SIZE]
+        """Copy the region and decode the copy: devices in use and processes with a live slot.
+
+        The container may rewrite or truncate the file at any time, so the copy is checked
+        again (magic, version, sizes) and a short one is a :class:`RegionError`.
+        """
+        data = _read(self._fd, self.path, abi.REGION_SIZE)
         region = abi.ffi.cast("vs_region *", abi.ffi.from_buffer(data))
         header = region.header
         _validate(self.path, header, len(data))
@@ -150,7 +244,9 @@ class Region:
         )
 
     def close(self) -> None:
-        self._map.close()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
     def __enter__(self) -> Region:
         return self
@@ -164,35 +260,35 @@ class Region:
         self.close()
 
 
-def open_region(path: str | os.PathLike[str]) -> Region:
-    """Map the region at ``path`` read-only after checking magic, version and size.
+def _check_size(path: str, size: int) -> None:
+    if not abi.HEADER_SIZE <= size <= MAX_FILE_SIZE:
+        raise RegionError(
+            f"{path} is {size} bytes, a region is {abi.REGION_SIZE}", field="size", value=size
+        )
 
+
+def open_region(path: str | os.PathLike[str]) -> Region:
+    """Open the region at ``path`` for reading after checking magic, version and size.
+
+    Only a regular file is opened: a symbolic link, FIFO, device, socket or directory at
+    ``path`` is refused without being followed or opened, and nothing is ever mapped.
     Raises :class:`RegionError` (a ``vslice_core.errors.DecodeError``) with a one-line message
-    for a missing, short, foreign or other-major-version file.
+    for a missing, short, huge, foreign, other-major-version or non-regular file.
     """
     name = os.fspath(path)
+    fd = _open_regular(name)
     try:
-        fd = os.open(name, os.O_RDONLY)
-    except OSError as error:
-        raise RegionError(
-            f"cannot open region {name}: {error.strerror}", field="path", value=name
-        ) from error
-    try:
-        size = os.fstat(fd).st_size
-        if size < abi.HEADER_SIZE:
-            raise RegionError(
-                f"{name} is {size} bytes, a region is {abi.REGION_SIZE}", field="size", value=size
-            )
-        mapping = mmap.mmap(fd, size, prot=mmap.PROT_READ)
-    finally:
+        info = os.fstat(fd)
+        _check_kind(name, info)  # what was opened, not only what was looked at
+        _check_size(name, info.st_size)
+        header = _read(fd, name, abi.HEADER_SIZE)
+        _validate(
+            name, abi.ffi.cast("vs_region_header *", abi.ffi.from_buffer(header)), info.st_size
+        )
+    except BaseException:
         os.close(fd)
-    header = abi.ffi.cast("vs_region_header *", abi.ffi.from_buffer(mapping[: abi.HEADER_SIZE]))
-    try:
-        _validate(name, header, size)
-    except RegionError:
-        mapping.close()
         raise
-    return Region(name, mapping)
+    return Region(name, fd)
 
 
 @dataclass(frozen=True)
