@@ -15,9 +15,13 @@ namespace label keeps the webhook away, through the configuration's ``namespaceS
    or when a container sets the shim's or the NVIDIA runtime's variables (``environment``);
 3. untouched (but for step 1) when it asks for no GPU resource at all;
 4. denied when the GPU pod sets ``spec.nodeName`` (it would bypass the scheduler that
-   accounts for slices), when a container that asks for GPUs is privileged (it could see
-   and use every GPU), or when the pod alone asks for more than its namespace's GPU quota;
-5. otherwise patched: the normalized limits, ``spec.schedulerName`` (unless the pod already
+   accounts for slices), when it asks for a way around the shim (``escapes``: a privileged
+   container, added ``SYS_ADMIN``, ``hostPID``, a ``hostPath`` over vslice's directories,
+   an ``Unconfined`` seccomp profile, a ``cdi.k8s.io/*`` annotation, ...), whatever its
+   namespace's Pod Security level, or when the pod alone asks for more than its namespace's
+   GPU quota;
+5. otherwise patched: a ``RuntimeDefault`` seccomp profile on the pod when it names none
+   (with a warning), the normalized limits, ``spec.schedulerName`` (unless the pod already
    names a scheduler of its own) and, if configured, ``NVIDIA_VISIBLE_DEVICES=none`` on its
    containers that ask for no GPU, so they do not see the node's GPUs through the runtime.
    On the DRA path (``routing``: the namespace's label, then the settings) the limits and the
@@ -38,9 +42,9 @@ from vslice_core.requests import limit_patch, normalize_gpu_pod
 from vslice_core.resources import DEFAULT_RESOURCE_NAMES, ResourceNames
 
 from vslice_control.quota import exceeded, request_totals
-from vslice_control.webhook import draconvert, environment
+from vslice_control.webhook import draconvert, environment, escapes
 from vslice_control.webhook.jsonpatch import PodPatch
-from vslice_control.webhook.podspec import Container, containers
+from vslice_control.webhook.podspec import Container, containers, every_container
 from vslice_control.webhook.review import AdmissionRequest, Verdict, reason_code
 from vslice_control.webhook.routing import SchedulingPath, choose_path
 
@@ -98,6 +102,7 @@ def review_pod(
     denial = _refusal(request, policy, quota, normalized.request, gpu_containers, items)
     if denial is not None:
         return denial
+    warnings += _confine(patch, every_container(pod))
     route = choose_path(request.namespace, namespace_labels, policy.path, policy.dra_namespaces)
     warnings += route.warnings
     if route.path == "dra":
@@ -132,10 +137,9 @@ def _refusal(
     node = _node_name(pod, policy)
     if node is not None:
         return Verdict.deny(node, reason="spec.nodeName")
-    privileged = _privileged_gpu_container(pod, gpu_containers, policy.names)
-    if privileged is not None:
-        field, message = privileged
-        return Verdict.deny(message, reason=reason_code(field))
+    escape = escapes.refusal(pod, every_container(pod), gpu_containers, policy.names)
+    if escape is not None:
+        return Verdict.deny(escape.message, reason=escape.reason or reason_code(escape.field))
     if quota is not None:
         over = _over_quota(request, quota, pod_request, policy.names)
         if over is not None:
@@ -214,22 +218,13 @@ def _unknown_gpu_resource(pod: Mapping[str, Any], names: ResourceNames) -> str |
     return None
 
 
-def _privileged_gpu_container(
-    pod: Mapping[str, Any], gpu_containers: set[tuple[bool, str]], names: ResourceNames
-) -> tuple[str, str] | None:
-    """``(field, message)`` of the first GPU container that is privileged."""
-    for init, index, container in _triples(pod):
-        if (init, container.get("name")) not in gpu_containers:
-            continue
-        context = container.get("securityContext") or {}
-        if context.get("privileged") is True:
-            field = f"spec.{'initContainers' if init else 'containers'}[{index}]"
-            field += ".securityContext.privileged"
-            return field, (
-                f"{field} must be false in container {container.get('name')!r}, which asks "
-                f"for {names.gpu}, got true (a privileged container sees every GPU of the node)"
-            )
-    return None
+def _confine(patch: PodPatch, items: list[Container]) -> list[str]:
+    """Give a GPU pod that names no seccomp profile the runtime's default one (the kubelet
+    would run it Unconfined); the warning says so."""
+    if not escapes.needs_seccomp_default(patch.pod, items):
+        return []
+    patch.set(("spec", "securityContext", "seccompProfile"), {"type": escapes.DEFAULT_SECCOMP})
+    return [escapes.SECCOMP_WARNING]
 
 
 def _over_quota(

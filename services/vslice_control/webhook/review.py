@@ -3,7 +3,9 @@
 Parsing is strict about what the webhook needs (``request.uid``, ``request.object`` as a Pod,
 or as a ``resource.k8s.io/v1`` ResourceClaim or ResourceClaimTemplate: :class:`ClaimAdmission`)
 and reports the first problem as :class:`vslice_core.errors.InvalidRequest` naming the field
-and the value, so a broken body gets a clear 400 instead of a traceback.
+and the value, so a broken body gets a clear 400 instead of a traceback. A pod is also held to
+the shape of a Pod in every field a rule reads (``podshape``): a rule never sees a list where
+an object belongs, so none can be slipped past by a wrong type.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vslice_core.errors import InvalidRequest
+
+from vslice_control.webhook import podshape
 
 API_VERSION = "admission.k8s.io/v1"
 CLAIM_API_VERSION = "resource.k8s.io/v1"
@@ -123,15 +127,12 @@ def parse_review(body: bytes) -> AdmissionRequest | ClaimAdmission:
             value=pod.get("kind"),
         )
     _mapping(pod.get("spec"), "request.object.spec")
+    podshape.check(pod)
     metadata = pod.get("metadata") or {}
     return AdmissionRequest(
         uid=uid,
         operation=str(request.get("operation", "CREATE")),
-        namespace=str(
-            request.get("namespace")
-            or _mapping(metadata, "request.object.metadata").get("namespace")
-            or "default"
-        ),
+        namespace=str(request.get("namespace") or metadata.get("namespace") or "default"),
         name=str(request.get("name") or metadata.get("name") or metadata.get("generateName") or ""),
         pod=pod,
         dry_run=bool(request.get("dryRun", False)),
