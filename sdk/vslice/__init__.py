@@ -8,7 +8,8 @@
     job.wait(timeout=120).allocation              # node, GPU UUIDs and models, memory, cores
 
 Errors (``vslice.errors``): ``InvalidRequest`` (bad input, names field and value),
-``NoFit`` (``.reasons`` per node), ``ClusterError`` (``.status`` from the API), ``Timeout``;
+``NoFit`` (``.reasons`` per node), ``ClusterError`` (``.status`` from the API), ``Stalled``
+(a wait that cannot progress, with ``.reason``; a ``ClusterError``), ``Timeout``;
 all derive from ``VsliceError``. The widgets (``ClusterView``, ``SlicePicker``) need the
 notebook extra (``pip install 'vslice[notebook]'``) and are imported on first use.
 """
@@ -21,7 +22,15 @@ from typing import TYPE_CHECKING, Any
 # The views register how tables and plans render (``_repr_html_``, ``str``), so they load with
 # the package, before any table or plan can be shown.
 from vslice import views  # noqa: F401
-from vslice.errors import ClusterError, DecodeError, InvalidRequest, NoFit, Timeout, VsliceError
+from vslice.errors import (
+    ClusterError,
+    DecodeError,
+    InvalidRequest,
+    NoFit,
+    Stalled,
+    Timeout,
+    VsliceError,
+)
 from vslice.plans import Plan
 from vslice.slices import Slice
 from vslice.tables import AllocationRow, AllocationTable, GpuRow, GpuTable, Placement
@@ -44,6 +53,7 @@ __all__ = [
     "Plan",
     "Slice",
     "SlicePicker",
+    "Stalled",
     "Timeout",
     "VsliceError",
     "Workload",

@@ -79,6 +79,10 @@ class Client:
         every view below is built from one snapshot. A cluster without the DRA API (or a
         user not allowed to read it) gives the extender path only, and ``problems`` says so
         once."""
+        return self._read()[0]
+
+    def _read(self) -> tuple[ClusterSnapshot, list[dict[str, Any]]]:
+        """The snapshot and the pods it was read from."""
         nodes, pods = self._calls.list_nodes(), self._calls.list_pods()
         slices = self._calls.list_resource_slices(DRIVER)
         absent = self._calls.dra_unavailable
@@ -93,14 +97,16 @@ class Client:
         )
         if absent:
             snapshot.problems.append(f"DRA allocations are not shown: {absent}")
-        return snapshot
+        return snapshot, pods
 
     def gpus(self) -> GpuTable:
         """Every GPU: capacity, what is allocated, and the pods holding slices."""
         return self.snapshot().gpus()
 
     def allocations(self, namespace: str | None = None) -> AllocationTable:
-        """GPU grants of live pods in ``namespace`` (all namespaces when None)."""
+        """GPU grants of live pods in ``namespace`` (all namespaces when None). A pod whose
+        deletion has begun still holds its slice until it is gone, and shows the phase
+        ``Terminating``."""
         return self.snapshot().allocations(namespace)
 
     def plan(
@@ -178,7 +184,9 @@ class Client:
         self, name: str, *, kind: Literal["Pod", "Job"] = "Pod", namespace: str | None = None
     ) -> Workload:
         """A handle on an existing Pod or Job."""
-        return Workload(self._calls, kind, namespace or self.namespace, name)
+        return Workload(
+            self._calls, kind, namespace or self.namespace, name, snapshot=self.snapshot
+        )
 
     def _create(
         self,
@@ -215,7 +223,9 @@ class Client:
             created = self._calls.create_job(ns, manifest)
         else:
             created = self._calls.create_pod(ns, manifest)
-        return Workload(self._calls, manifest["kind"], ns, created["metadata"]["name"])
+        return Workload(
+            self._calls, manifest["kind"], ns, created["metadata"]["name"], snapshot=self.snapshot
+        )
 
     def _as_manifest(
         self, request: SliceLike | Mapping[str, Any] | str

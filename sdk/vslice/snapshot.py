@@ -37,6 +37,7 @@ from typing import Any, Final, Literal
 
 from vslice_core.annotations import decode_allocation
 from vslice_core.clusterobjects import (
+    FINISHED_PHASES,
     allocation_value,
     node_inventory,
     object_name,
@@ -57,12 +58,24 @@ from vslice.tables import AllocationRow, AllocationTable, GpuRow, GpuTable
 
 UNRESERVED: Final = "Unreserved"
 """The phase of a DRA allocation no pod has reserved yet (it holds the GPU all the same)."""
+DELETING: Final = "Terminating"
+"""What a pod whose deletion has begun is shown as (kubectl's word): it holds its slice through
+its grace period, but it is going."""
 # What a hand-edited or foreign object can raise while it is read: never past the snapshot.
 _UNREADABLE = (InvalidRequest, ValueError, TypeError, AttributeError, KeyError)
 
 Path = Literal["extender", "dra"]
 TemplateLookup = Callable[[str, str], Mapping[str, Any] | None]
 """``(namespace, name) -> ResourceClaimTemplate or None``, for pending DRA pods."""
+
+
+def shown_phase(pod: Mapping[str, Any]) -> str:
+    """The phase as a user should read it: ``Terminating`` once deletion has begun (the
+    phase stays Running until the object is gone, up to its grace period)."""
+    phase = pod_phase(pod)
+    if (pod.get("metadata") or {}).get("deletionTimestamp") and phase not in FINISHED_PHASES:
+        return DELETING
+    return phase
 
 
 @dataclass(frozen=True)
@@ -233,7 +246,7 @@ class ClusterSnapshot:
             self.problems.append(f"pod {namespace}/{name}: {exc}")
             return
         uid = str(metadata.get("uid") or f"{namespace}/{name}")
-        self.pods.append(PodAllocation(namespace, name, uid, phase, allocation))
+        self.pods.append(PodAllocation(namespace, name, uid, shown_phase(pod), allocation))
 
     def _add_pending(self, pod: Mapping[str, Any]) -> None:
         if not uses_gpus(pod):
@@ -456,8 +469,7 @@ class _ClaimReader:
     def _pod_of(self, namespace: str, name: str, uid: str) -> tuple[str, str]:
         """(name, phase) of a reserving pod; the phase is empty when the pod is not listed."""
         pod = self.by_uid.get(uid) or self.by_name.get((namespace, name))
-        phase = str(((pod or {}).get("status") or {}).get("phase") or "")
-        return name, phase
+        return name, shown_phase(pod) if pod else ""
 
     # --- pending pods ----------------------------------------------------------------------
 

@@ -11,7 +11,8 @@ plain Python process: construct, call ``refresh()``/``update()``, inspect the ch
 * :class:`SlicePicker` - GPU model choices and memory limits come from the cluster (models
   present, each model's memory); every change shows the engine's plan, Submit is enabled only
   while the plan fits and the request differs from the last one submitted, and a status line
-  follows the submitted pod (a daemon thread) until it runs or fails.
+  follows the submitted pod (a daemon thread) to its end (Succeeded, Failed, deleted), saying
+  why it does not progress when Kubernetes knows (:mod:`vslice.progress`).
 
 Each takes a :class:`vslice.Client`, or for tests and offline use a ``source`` callable that
 returns a :class:`~vslice.snapshot.ClusterSnapshot`.
@@ -27,14 +28,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import ipywidgets as w
+from ipywidgets.widgets.widget_description import DescriptionWidget
 from vslice_core.ledger import charges
 from vslice_core.model import GPU_POLICIES, PodRequest
 
-from vslice import views
-from vslice.errors import InvalidRequest, VsliceError
+from vslice import progress, views
+from vslice.errors import ClusterError, InvalidRequest, VsliceError
 from vslice.plans import Plan, plan_manifest, slice_manifest
 from vslice.slices import Slice, format_mib
-from vslice.snapshot import ClusterSnapshot, PendingPod
+from vslice.snapshot import DELETING, ClusterSnapshot, PendingPod, shown_phase
 from vslice.tables import GpuRow
 
 if TYPE_CHECKING:
@@ -46,8 +48,12 @@ Submit = Callable[[Slice, str, str], "Workload"]
 ANY_MODEL = "any model"
 GIB = 1024
 MEMORY_STEP_GIB = 0.5
-FINAL_PHASES = frozenset({"Running", "Succeeded", "Failed"})
-FOLLOW_LIMIT_S = 600.0
+DELETED: Final = "deleted"
+"""The status line's word for a submitted pod that no longer exists."""
+FINAL_PHASES = frozenset({"Succeeded", "Failed", DELETED})
+FOLLOW_LIMIT_S = 3600.0
+SETTLED_SLOWDOWN = 5
+STATUS_CHARS = 300
 
 # Column widths of the cluster view, so bars line up whatever the model names are.
 COLUMNS: dict[str, int] = {
@@ -112,6 +118,20 @@ def holdings(snapshot: ClusterSnapshot) -> dict[tuple[str, str], list[Holding]]:
 
 def _cell(column: str, **layout: str) -> w.HTML:
     return w.HTML(layout=w.Layout(width=_px(column), **layout))
+
+
+def untitled(root: w.Widget) -> None:
+    """Give every described widget under ``root`` an empty tooltip instead of none.
+
+    JupyterLab's widget views copy ``tooltip`` into the description label's ``title`` as is,
+    and a ``None`` becomes the text "null": every label then shows a "null" hover text.
+    """
+    stack = [root]
+    while stack:
+        widget = stack.pop()
+        if isinstance(widget, DescriptionWidget) and widget.tooltip is None:
+            widget.tooltip = ""
+        stack.extend(getattr(widget, "children", ()))
 
 
 class GpuBar(w.HBox):  # type: ignore[misc]  # ipywidgets ships no types
@@ -361,6 +381,7 @@ class ClusterView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no types
             f"{len(self.pending_pods)} pending</div>"
         )
         self.status.value = f'<span style="{MUTED};font-size:11px">updated {_now()}</span>'
+        untitled(self)
 
     def start(self, interval: float = 5.0) -> None:
         """Refresh every ``interval`` seconds until :meth:`stop` (or the widget closes)."""
@@ -401,27 +422,36 @@ class Followed(Protocol):
 
     def pod(self) -> dict[str, Any] | None: ...
 
+    def read_node(self, name: str) -> dict[str, Any] | None: ...
 
-def pod_status(pod: dict[str, Any] | None) -> tuple[str, str]:
-    """(phase, one line of words) for the status line."""
+
+def pod_status(pod: dict[str, Any] | None, node: dict[str, Any] | None = None) -> tuple[str, str]:
+    """(phase, one line of words) for the status line: where the pod is and, when it does not
+    progress, why (:mod:`vslice.progress`; ``node`` is the Node it is bound to, if read)."""
     if pod is None:
         return "", "waiting for its pod to be created"
     status = pod.get("status") or {}
-    phase = str(status.get("phase") or "Pending")
-    node = (pod.get("spec") or {}).get("nodeName")
-    words = f"{phase} on {node}" if node else f"{phase}, no node yet"
-    for condition in status.get("conditions") or []:
-        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
-            reason = str(condition.get("message") or condition.get("reason") or "")
-            words += f": {reason.splitlines()[0][:200]}" if reason else ""
+    phase = shown_phase(pod) or "Pending"
+    where = (pod.get("spec") or {}).get("nodeName")
+    words = f"{phase} on {where}" if where else f"{phase}, no node yet"
+    found = progress.blocker(pod, node)
+    if found is not None and found.kind == "simulated":
+        words += " (a simulated node: its containers run nothing, it never completes)"
+    elif found is not None and found.kind != "deleting":  # the phase says that one
+        words += f": {_clipped(found.line())}"
     if phase == "Failed":
         words += f": {status.get('message') or status.get('reason') or 'see its logs'}"
     return phase, words
 
 
+def _clipped(text: str, limit: int = STATUS_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
 class PodFollower:
-    """Polls one pod in a daemon thread and reports its state until it runs, ends, fails,
-    ``limit`` seconds pass, or :meth:`stop`."""
+    """Polls one pod in a daemon thread and reports its state each time it changes, until it
+    ends (Succeeded, Failed, deleted), ``limit`` seconds pass, or :meth:`stop`. Once the pod
+    runs it is polled ``SETTLED_SLOWDOWN`` times less often: only its end is left to see."""
 
     def __init__(
         self,
@@ -434,6 +464,8 @@ class PodFollower:
         self.workload, self.report = workload, report
         self.interval, self.limit = interval, limit
         self._stop = threading.Event()
+        self._nodes: dict[str, dict[str, Any] | None] = {}
+        self._seen = False
         self.thread = threading.Thread(target=self._loop, name="vslice-follow", daemon=True)
 
     def start(self) -> PodFollower:
@@ -442,21 +474,45 @@ class PodFollower:
 
     def _loop(self) -> None:
         deadline = time.monotonic() + self.limit
-        phase = ""
+        known, said = "", ""
         while not self._stop.is_set():
-            try:
-                phase, words = pod_status(self.workload.pod())
-            except VsliceError as exc:
-                words = f"cannot read the pod: {exc}"
+            phase, words = self._read()
+            known = phase or known
             if self._stop.is_set():
                 return
-            self.report(phase, words)
+            if words != said:
+                self.report(phase, words)
+                said = words
             if phase in FINAL_PHASES:
                 return
             if time.monotonic() > deadline:
-                self.report(phase, f"{words} (stopped following after {self.limit:.0f}s)")
+                self.report(known, f"{words} (stopped following after {self.limit:.0f}s)")
                 return
-            self._stop.wait(self.interval)
+            settled = known in ("Running", DELETING)
+            self._stop.wait(self.interval * (SETTLED_SLOWDOWN if settled else 1))
+
+    def _read(self) -> tuple[str, str]:
+        """(phase, words) now; a pod that is gone is ``deleted``; a failed read has no
+        phase (the next read may succeed)."""
+        try:
+            pod = self.workload.pod()
+        except ClusterError as exc:
+            if exc.code == 404:
+                return DELETED, DELETED
+            return "", f"cannot read the pod: {exc}"
+        except VsliceError as exc:
+            return "", f"cannot read the pod: {exc}"
+        if pod is None and self._seen:  # a Job's pods went with the Job
+            return DELETED, DELETED
+        self._seen = self._seen or pod is not None
+        return pod_status(pod, self._node(pod))
+
+    def _node(self, pod: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The pod's Node, read once per name (what matters of it, kwok or not, stays)."""
+        name = str(((pod or {}).get("spec") or {}).get("nodeName") or "")
+        if name and name not in self._nodes:
+            self._nodes[name] = self.workload.read_node(name)
+        return self._nodes.get(name)
 
     def stop(self) -> None:
         self._stop.set()
@@ -548,6 +604,7 @@ class SlicePicker(w.VBox):  # type: ignore[misc]  # ipywidgets ships no types
         controls = [self.model, self.memory, self.cores, w.HBox([self.gpus, self.policy])]
         parts = [self.image, self.command, buttons, self.verdict, self.status, self.details]
         super().__init__([*controls, *parts])
+        untitled(self)
 
     def _changed(self, change: dict[str, Any]) -> None:
         if self._choosing:
@@ -669,15 +726,20 @@ class SlicePicker(w.VBox):  # type: ignore[misc]  # ipywidgets ships no types
         if self.follower is not None:
             self.follower.stop()
         name = f"{workload.namespace}/{workload.name}"
+        last = [""]
 
         def report(phase: str, words: str) -> None:
             colour = {"Running": "#2da44e", "Succeeded": "#2da44e", "Failed": "#cf222e"}
-            style = f' style="color:{colour[phase]}"' if phase in colour else ""
-            self.status.value = (
-                f"submitted <code>{views.esc(name)}</code>: <b{style}>{views.esc(words)}</b>"
-            )
-            if phase in FINAL_PHASES:
-                self.refresh()  # the plan counts what the pod now holds
+            # The pod's own states stand out; "deleted" and read failures are plain words.
+            shown = views.esc(words)
+            if phase in colour:
+                shown = f'<b style="color:{colour[phase]}">{shown}</b>'
+            elif phase not in (DELETED, ""):
+                shown = f"<b>{shown}</b>"
+            self.status.value = f"submitted <code>{views.esc(name)}</code>: {shown}"
+            if phase != last[0] and (phase == "Running" or phase in FINAL_PHASES):
+                self.refresh()  # the plan counts what the pod now holds (or gave back)
+            last[0] = phase
 
         report("", "submitted, waiting for the scheduler")
         self.follower = PodFollower(workload, report, interval=self.follow_interval).start()

@@ -2,6 +2,7 @@
 
 It names one Pod or Job and reads its state from the cluster on every call (it caches
 nothing that could go stale): ``wait()`` polls until the pod is scheduled, running or done,
+and says why it does not progress as soon as Kubernetes knows (:mod:`vslice.progress`),
 ``allocation`` reads the extender's decision back from the pod (on the DRA path: the pod's
 allocated ResourceClaims), ``logs()`` and ``delete()`` do what they say. For a Job, the pod
 is the newest one the Job created.
@@ -15,13 +16,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from vslice_core.annotations import ALLOCATION, decode_allocation
-from vslice_core.clusterobjects import allocation_value, node_inventory
+from vslice_core.clusterobjects import allocation_value, node_inventory, node_name
 from vslice_core.dra import DRIVER
 from vslice_core.errors import DecodeError
 from vslice_core.requests import uses_gpus
 
-from vslice.errors import ClusterError, InvalidRequest, Timeout
-from vslice.snapshot import ClusterSnapshot
+from vslice import progress
+from vslice.errors import ClusterError, InvalidRequest, Stalled, Timeout
+from vslice.snapshot import ClusterSnapshot, shown_phase
 from vslice.tables import AllocationRow, AllocationTable, Placement
 
 if TYPE_CHECKING:
@@ -47,11 +49,22 @@ def check_timeout(timeout: float) -> float:
 class Workload:
     """A Pod or Job created through vslice (or found by name)."""
 
-    def __init__(self, calls: Workloads, kind: str, namespace: str, name: str) -> None:
+    def __init__(
+        self,
+        calls: Workloads,
+        kind: str,
+        namespace: str,
+        name: str,
+        *,
+        snapshot: Callable[[], ClusterSnapshot] | None = None,
+    ) -> None:
         self._calls = calls
         self.kind = kind
         self.namespace = namespace
         self.name = name
+        # How a wait reads the whole cluster to add vslice's why-not to the scheduler's word
+        # (the Client's reading, DRA path included); None: the scheduler's word alone.
+        self._snapshot = snapshot
 
     def __repr__(self) -> str:
         return f"<Workload {self.kind} {self.namespace}/{self.name}>"
@@ -134,13 +147,35 @@ class Workload:
             inventory = None  # gone or unreadable: the grants still say where and how much
         return {gpu.uuid: gpu.model for gpu in inventory.gpus} if inventory else {}
 
+    def read_node(self, name: str) -> dict[str, Any] | None:
+        """The Node as the API has it; None when it cannot be read (gone, or a user without
+        the viewer role): the waits then go without what only the node tells."""
+        if not name:
+            return None
+        try:
+            return self._calls.get_node(name)
+        except ClusterError:
+            return None
+
     # --- waiting -----------------------------------------------------------------------
 
-    def wait(self, timeout: float = 120.0, *, until: Until = "running") -> Workload:
+    def wait(
+        self,
+        timeout: float = 120.0,
+        *,
+        until: Until = "running",
+        report: Callable[[str], None] | None = None,
+    ) -> Workload:
         """Block until the pod is ``scheduled`` (placed, allocation written), ``running``
-        (or already finished) or ``completed`` (Succeeded). Raises :class:`vslice.Timeout`
-        with the scheduler's last word when the deadline passes, and
-        :class:`vslice.ClusterError` when the pod fails first."""
+        (or already finished) or ``completed`` (Succeeded).
+
+        Raises :class:`vslice.errors.Stalled` (a ClusterError) as soon as the pod cannot get
+        there without a change (an image that cannot be pulled, a crash loop, a missing
+        Secret, a node kwok simulates for ``completed``, a deletion; see
+        :mod:`vslice.progress`), :class:`vslice.ClusterError` when the pod fails first or
+        is deleted, and :class:`vslice.Timeout` with the scheduler's last word (and vslice's
+        why-not) when the deadline passes. ``report`` gets one line each time the reason the
+        pod waits changes (``report=print`` shows it in a notebook)."""
         if until not in UNTIL:
             raise InvalidRequest(
                 f"until must be one of {', '.join(UNTIL)}, got {until!r}", field="until"
@@ -148,42 +183,91 @@ class Workload:
         reached = _CONDITIONS[until]
         deadline = time.monotonic() + check_timeout(timeout)
         pause = POLL_FIRST_S
+        said = ""
+        why = _WhyWaiting(self)
+        nodes: dict[str, dict[str, Any] | None] = {}  # read once: kwok or not does not change
         while True:
-            pod = self.pod()
+            pod = self._pod_while_waiting(until)
+            found: progress.Blocker | None = None
             if pod is not None:
                 _raise_if_failed(pod, until)
                 if reached(pod):
                     return self
+                where = node_name(pod)
+                if where not in nodes:
+                    nodes[where] = self.read_node(where)
+                found = progress.blocker(pod, nodes[where])
+                if found is not None and found.final:
+                    raise self._stalled(pod, found, until)
+                line = why.line(found)
+                if report is not None and line and line != said:
+                    report(f"{self.kind} {self.namespace}/{self.name}: {line}")
+                    said = line
             if time.monotonic() >= deadline:
                 raise Timeout(
                     f"{self.kind} {self.namespace}/{self.name} is not {until} after "
-                    f"{timeout:g}s: {self._why_waiting(pod)}"
+                    f"{timeout:g}s: {why.at_timeout(pod, found)}"
                 )
             time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
             pause = min(POLL_MAX_S, pause * 1.5)
 
-    def _why_waiting(self, pod: dict[str, Any] | None) -> str:
-        if pod is None:
-            return "the Job has not created a pod yet"
-        status = pod.get("status") or {}
-        words = [f"phase {status.get('phase') or 'unknown'}"]
-        for condition in status.get("conditions") or []:
-            if condition.get("type") == "PodScheduled" and condition.get("status") != "True":
-                words.append(
-                    f"not scheduled: {condition.get('message') or condition.get('reason')}"
-                )
-        return "; ".join(words)
+    def _pod_while_waiting(self, until: str) -> dict[str, Any] | None:
+        try:
+            return self.pod()
+        except ClusterError as exc:
+            if exc.code != 404:
+                raise
+            raise ClusterError(
+                f"pod {self.namespace}/{self.name} was deleted before it was {until}",
+                code=404,
+                status=exc.status,
+            ) from exc
+
+    def _stalled(self, pod: dict[str, Any], found: progress.Blocker, until: str) -> Stalled:
+        holder = f"{self.namespace}/{pod['metadata']['name']}"
+        detail = found.line()
+        if found.kind == "simulated":
+            detail += (
+                f"; wait until='running' (it is), or run it on {self._real_nodes()}"
+                if until == "completed"
+                else ""
+            )
+        return Stalled(
+            f"pod {holder} will not be {until}: {detail}", reason=found.reason, pod=holder
+        )
+
+    def _real_nodes(self) -> str:
+        try:
+            return progress.real_gpu_nodes(self._calls.list_nodes())
+        except ClusterError:
+            return "a node that is not simulated"
 
     # --- output and cleanup --------------------------------------------------------------
 
     def logs(self, container: str | None = None, *, tail: int | None = None) -> str:
-        """The container's output so far (the pod's only or first container by default)."""
+        """The container's output so far (the pod's only or first container by default).
+        When the API has none to give and the pod says why (it runs on a node kwok
+        simulates, its image cannot be pulled, it is not scheduled), the ClusterError says
+        that in one line, keeping the API's code and Status."""
         pod = self.pod()
         if pod is None:
             raise ClusterError(f"Job {self.namespace}/{self.name} has no pod yet")
-        return self._calls.logs(
-            self.namespace, pod["metadata"]["name"], container=container, tail_lines=tail
-        )
+        name = pod["metadata"]["name"]
+        try:
+            return self._calls.logs(self.namespace, name, container=container, tail_lines=tail)
+        except ClusterError as exc:
+            found = progress.blocker(pod, self.read_node(node_name(pod)))
+            if found is None:
+                raise
+            detail = found.line()
+            if found.kind == "simulated":
+                detail += f"; for real output run it on {self._real_nodes()}"
+            raise ClusterError(
+                f"no logs of pod {self.namespace}/{name}: {detail} (the API server answered "
+                f"{exc.code or 'no code'})",
+                code=exc.code,
+                status=exc.status,
+            ) from exc
 
     def delete(self) -> bool:
         """Delete the Pod (or the Job and its pods); False when it was already gone."""
@@ -229,3 +313,57 @@ def _raise_if_failed(pod: dict[str, Any], until: str) -> None:
     if until == "scheduled" and _scheduled(pod):
         return
     raise ClusterError(f"pod {name} failed before it was {until}: {detail}")
+
+
+class _WhyWaiting:
+    """What one wait says about a pod that waits: the blocker's line, with vslice's why-not
+    beside kube-scheduler's word (the cluster is read again only when that word changes)."""
+
+    def __init__(self, workload: Workload) -> None:
+        self.workload = workload
+        self._said: dict[str, str] = {}
+
+    def line(self, found: progress.Blocker | None) -> str:
+        if found is None:
+            return ""
+        if found.kind != "unschedulable":
+            return found.line()
+        if found.detail not in self._said:
+            ours = self._vslice_why_not()
+            self._said[found.detail] = found.line() + (f"; vslice: {ours}" if ours else "")
+        return self._said[found.detail]
+
+    def _vslice_why_not(self) -> str | None:
+        read = self.workload._snapshot
+        if read is None or self.workload.kind != "Pod":
+            return None
+        try:
+            snapshot = read()
+        except ClusterError:
+            return None  # e.g. no right to list every pod: the scheduler's word stands alone
+        return progress.vslice_why_not(snapshot, self.workload.namespace, self.workload.name)
+
+    def at_timeout(self, pod: dict[str, Any] | None, found: progress.Blocker | None) -> str:
+        """``phase Pending, no node yet; not scheduled: ...; vslice: ...`` (or the newest
+        Warning event when the pod's status names no cause)."""
+        if pod is None:
+            return "the Job has not created a pod yet"
+        node = node_name(pod)
+        words = [
+            f"phase {shown_phase(pod) or 'unknown'}" + (f" on {node}" if node else ", no node yet")
+        ]
+        if found is not None:
+            words.append(self.line(found))
+        else:
+            warning = self._last_warning(pod)
+            words += [f"last warning event: {warning}"] if warning else []
+        return "; ".join(words)
+
+    def _last_warning(self, pod: dict[str, Any]) -> str | None:
+        try:
+            events = self.workload._calls.pod_events(
+                self.workload.namespace, pod["metadata"]["name"]
+            )
+        except ClusterError:
+            return None
+        return progress.last_warning(events)

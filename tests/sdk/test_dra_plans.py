@@ -285,6 +285,9 @@ class FakeCalls:
     def list_resource_claims(self, namespace: str | None = None) -> list[dict[str, Any]]:
         return []
 
+    def pod_events(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        return []
+
     def get_resource_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
         return None
 

@@ -24,6 +24,7 @@ EXPECTED = [
     "Plan",
     "Slice",
     "SlicePicker",
+    "Stalled",
     "Timeout",
     "VsliceError",
     "Workload",
@@ -50,11 +51,12 @@ def test_nothing_public_is_left_out_of_all() -> None:
 
 
 def test_the_error_hierarchy_is_the_one_users_catch() -> None:
-    for name in ("InvalidRequest", "NoFit", "ClusterError", "Timeout"):
+    for name in ("InvalidRequest", "NoFit", "ClusterError", "Stalled", "Timeout"):
         assert issubclass(getattr(vslice, name), vslice.VsliceError)
         assert getattr(vslice, name) is getattr(errors, name)
     assert issubclass(vslice.InvalidRequest, ValueError)
     assert issubclass(vslice.Timeout, TimeoutError)
+    assert issubclass(vslice.Stalled, vslice.ClusterError)
 
 
 def test_importing_vslice_loads_neither_kubernetes_nor_ipywidgets() -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from api_objects import A100, cluster_objects, node, pod
-from vslice import InvalidRequest, Slice, VsliceError
+from vslice import ClusterError, InvalidRequest, Slice, VsliceError
 from vslice.snapshot import ClusterSnapshot
 from vslice.widgets import ANY_MODEL, ClusterView, PodFollower, SlicePicker, pod_status
 
@@ -38,16 +38,39 @@ class ChangingCluster:
 
 
 class FakeWorkload:
-    """A submitted pod whose phases come from a list, one per read."""
+    """A submitted pod whose states come from a list, one per read (the last one repeats); an
+    exception in the list is what that read raises, as ``Workload.pod`` raises it."""
 
-    def __init__(self, *pods: dict[str, Any] | None) -> None:
+    def __init__(
+        self, *pods: dict[str, Any] | Exception | None, nodes: dict[str, Any] | None = None
+    ) -> None:
         self.name, self.namespace = "vslice-abc12", "team-a"
         self.pods = list(pods)
+        self.nodes = nodes or {}
         self.reads = 0
+        self.node_reads: list[str] = []
 
     def pod(self) -> dict[str, Any] | None:
         self.reads += 1
-        return self.pods[min(self.reads, len(self.pods)) - 1]
+        found = self.pods[min(self.reads, len(self.pods)) - 1]
+        if isinstance(found, Exception):
+            raise found
+        return found
+
+    def read_node(self, name: str) -> dict[str, Any] | None:
+        self.node_reads.append(name)
+        found: dict[str, Any] | None = self.nodes.get(name)
+        return found
+
+
+def eventually(check: Any, seconds: float = 5.0) -> bool:
+    """Whether ``check()`` becomes true within ``seconds`` (the follower is a thread)."""
+    stop = threading.Event()
+    for _ in range(int(seconds / 0.01)):
+        if check():
+            return True
+        stop.wait(0.01)
+    return bool(check())
 
 
 def phase(name: str, node_name: str | None = None) -> dict[str, Any]:
@@ -82,6 +105,31 @@ def test_every_bar_has_a_tooltip_with_each_pods_share() -> None:
     assert "team-a/train: 40 GiB, 50% cores" in first.cores.tooltip
     assert 'title="team-b/infer: 20 GiB, 30% cores"' in first.pods.value
     assert "40 GiB, 50%" in first.pods.value
+
+
+def described(root: Any) -> list[Any]:
+    from ipywidgets.widgets.widget_description import DescriptionWidget
+
+    found, stack = [], [root]
+    while stack:
+        widget = stack.pop()
+        if isinstance(widget, DescriptionWidget):
+            found.append(widget)
+        stack.extend(getattr(widget, "children", ()))
+    return found
+
+
+def test_no_label_gets_a_null_hover_text_in_either_widget() -> None:
+    """JupyterLab shows a tooltip of None as the text "null" on every label."""
+    cluster = ChangingCluster()
+    view = ClusterView(source=cluster)
+    picker = SlicePicker(source=cluster)
+    for root in (view, picker):
+        labels = described(root)
+        assert len(labels) >= 10
+        assert [x for x in labels if x.tooltip is None] == []
+    view.refresh()  # bars built by a later refresh too
+    assert [x for x in described(view) if x.tooltip is None] == []
 
 
 def test_columns_have_headers_fixed_widths_and_a_legend() -> None:
@@ -244,9 +292,9 @@ def test_picker_submits_the_slice_it_shows_once_per_request() -> None:
     picker.memory.value = 12.0
     assert not picker.submit_button.disabled
     assert picker.follower is not None
-    picker.follower.thread.join(5)
-    assert "Running on node-a" in picker.status.value and "vslice-abc12" in picker.status.value
-    assert source.calls == reads + 2  # and again once the pod runs
+    assert eventually(lambda: "Running on node-a" in picker.status.value)
+    assert "vslice-abc12" in picker.status.value
+    assert eventually(lambda: source.calls == reads + 2)  # and again once the pod runs
     picker.close()
 
 
@@ -259,27 +307,108 @@ def test_a_failed_submit_can_be_tried_again() -> None:
     assert "quota exceeded" in picker.status.value and not picker.submit_button.disabled
 
 
-def test_the_status_line_follows_the_pod_until_it_runs_or_fails() -> None:
+def test_the_status_line_follows_the_pod_through_its_run_to_its_deletion() -> None:
     seen: list[str] = []
     unscheduled = phase("Pending")
     unscheduled["status"]["conditions"] = [
         {"type": "PodScheduled", "status": "False", "message": "0/4 nodes are available"}
     ]
+    going = phase("Running", "node-a")
+    going["metadata"] = {"deletionTimestamp": "2025-01-01T00:00:00Z"}
+    gone = ClusterError('get pod team-a/vslice-abc12: 404 pods "vslice-abc12" not found', code=404)
     workload = FakeWorkload(
-        None, unscheduled, phase("Pending", "node-a"), phase("Running", "node-a")
+        None,
+        unscheduled,
+        phase("Pending", "node-a"),
+        phase("Running", "node-a"),
+        phase("Running", "node-a"),
+        going,
+        gone,
     )
-    follower = PodFollower(workload, lambda _p, words: seen.append(words), interval=0.01)
+    follower = PodFollower(workload, lambda _p, words: seen.append(words), interval=0.001)
     follower.start().thread.join(5)
     assert seen == [
         "waiting for its pod to be created",
-        "Pending, no node yet: 0/4 nodes are available",
+        "Pending, no node yet: not scheduled: 0/4 nodes are available",
         "Pending on node-a",
-        "Running on node-a",
+        "Running on node-a",  # reported once, though read twice
+        "Terminating on node-a",
+        "deleted",
     ]
-    assert not follower.running and workload.reads == 4
+    assert not follower.running and workload.reads == 7
+    assert workload.node_reads == ["node-a"]  # a node is read once, not at every poll
     failed = phase("Failed", "node-a")
     failed["status"]["message"] = "OOMKilled"
     assert pod_status(failed) == ("Failed", "Failed on node-a: OOMKilled")
+
+
+def test_a_deleted_pod_shows_plainly_as_deleted_not_as_a_raw_404() -> None:
+    gone = ClusterError('get pod team-a/vslice-abc12: 404 pods "vslice-abc12" not found', code=404)
+    workload = FakeWorkload(phase("Running", "node-a"), gone)
+    picker = SlicePicker(
+        source=ChangingCluster(),
+        submit=lambda *_: workload,  # type: ignore[arg-type,return-value]
+        follow_interval=0.001,
+    )
+    picker.submit()
+    assert picker.follower is not None
+    picker.follower.thread.join(5)
+    assert picker.status.value == "submitted <code>team-a/vslice-abc12</code>: deleted"
+    picker.close()
+
+
+def test_a_jobs_pod_that_goes_away_after_it_was_seen_is_deleted() -> None:
+    seen: list[tuple[str, str]] = []
+    workload = FakeWorkload(None, phase("Running", "node-a"), None)
+    PodFollower(workload, lambda p, w: seen.append((p, w)), interval=0.001).start().thread.join(5)
+    assert seen[-1] == ("deleted", "deleted")
+
+
+def test_the_status_line_says_why_the_image_cannot_be_pulled() -> None:
+    pod = phase("Pending", "node-a")
+    pod["status"]["containerStatuses"] = [
+        {
+            "name": "main",
+            "image": "registry.invalid/nope:1",
+            "state": {
+                "waiting": {
+                    "reason": "ImagePullBackOff",
+                    "message": 'Back-off pulling image "registry.invalid/nope:1"',
+                }
+            },
+        }
+    ]
+    phase_now, words = pod_status(pod)
+    assert phase_now == "Pending"
+    assert words.startswith(
+        "Pending on node-a: container main cannot pull its image 'registry.invalid/nope:1': "
+        'ImagePullBackOff: Back-off pulling image "registry.invalid/nope:1"; give an image '
+        "node-a can pull"
+    )
+
+
+def test_a_pod_on_a_simulated_node_is_running_but_said_to_run_nothing() -> None:
+    simulated = {"metadata": {"name": "lab-a100", "labels": {"vslice.io/simulated": "true"}}}
+    assert pod_status(phase("Running", "lab-a100"), simulated) == (
+        "Running",
+        "Running on lab-a100 (a simulated node: its containers run nothing, it never completes)",
+    )
+    assert pod_status(phase("Running", "node-a"), {"metadata": {"name": "node-a"}}) == (
+        "Running",
+        "Running on node-a",
+    )
+
+
+def test_a_failed_read_is_reported_and_following_goes_on() -> None:
+    seen: list[tuple[str, str]] = []
+    workload = FakeWorkload(
+        VsliceError("list pods: cannot reach the API server"), phase("Succeeded", "node-a")
+    )
+    PodFollower(workload, lambda p, w: seen.append((p, w)), interval=0.001).start().thread.join(5)
+    assert seen == [
+        ("", "cannot read the pod: list pods: cannot reach the API server"),
+        ("Succeeded", "Succeeded on node-a"),
+    ]
 
 
 def test_following_stops_when_the_picker_closes() -> None:

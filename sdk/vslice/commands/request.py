@@ -6,18 +6,27 @@ As with ``docker run``, options come before the image; everything after the imag
 command and its arguments.
 
 The slice is checked before anything is created: a bad value or an unknown GPU type
-exits 2 naming the field, a slice that cannot fit now exits 1 with the reasons per node
-(``--queue`` creates it anyway and waits). On success it prints where the pod landed.
-Without ``--memory`` the pod takes its GPU(s) whole and alone; a note on stderr says so.
+exits 2 naming the field, a slice that cannot fit now exits 1 with the reasons per node.
+``--queue`` means "queue it anyway": the pod is created all the same, and stderr says at once
+why it does not fit now, with the numbers per node. When it could not fit even on an empty
+cluster (more memory than any GPU here has, more GPUs than any node has), waiting for room
+cannot help: it stays Pending until the cluster changes, so the command does not wait for it
+(exit 1 unless ``--wait none``). While it waits, each new reason the pod does not progress is
+one line on stderr (kube-scheduler's word and vslice's why-not, an image that cannot be
+pulled, ...; see :mod:`vslice.progress`), and a pod that cannot progress without a change ends
+the wait at once. On success it prints where the pod landed. Without ``--memory`` the pod
+takes its GPU(s) whole and alone; a note on stderr says so.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from vslice_core.model import GPU_POLICIES, NODE_POLICIES
 
+from vslice import progress
 from vslice.commands.options import (
     EXIT_FAILED,
     EXIT_OK,
@@ -27,8 +36,12 @@ from vslice.commands.options import (
 )
 from vslice.errors import VsliceError
 from vslice.manifests import check_name
+from vslice.plans import Plan
 from vslice.slices import Slice
 from vslice.workload import check_timeout
+
+if TYPE_CHECKING:
+    from vslice.client import Client
 
 WAIT_CHOICES = ("scheduled", "running", "completed", "none")
 
@@ -99,6 +112,35 @@ def whole_gpu_note(wanted: Slice) -> str | None:
     )
 
 
+def queued_note(plan: Plan, ever: bool) -> str:
+    """What stderr says at once when ``--queue`` creates a pod that does not fit now."""
+    why = plan.why_not()
+    if ever:
+        return (
+            "vslice request: it does not fit now; queued anyway (--queue): it waits until "
+            f"other pods give room back\n{why}"
+        )
+    return (
+        "vslice request: it can never fit the GPUs this cluster has, even with every GPU "
+        f"free; queued anyway (--queue): it stays Pending until the cluster changes\n{why}"
+    )
+
+
+def _queue_check(client: Client, wanted: Slice) -> bool:
+    """Say at once why a queued slice does not fit now; False when it never could."""
+    snapshot = client.snapshot()
+    plan = client.plan(wanted, snapshot=snapshot)
+    if plan.fits:
+        return True
+    ever = client.plan(wanted, snapshot=progress.emptied(snapshot)).fits
+    print(queued_note(plan, ever), file=sys.stderr, flush=True)
+    return ever
+
+
+def _report(line: str) -> None:
+    print(f"vslice request: waiting: {line}", file=sys.stderr, flush=True)
+
+
 def run(args: argparse.Namespace) -> int:
     command = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
     try:
@@ -114,6 +156,7 @@ def run(args: argparse.Namespace) -> int:
                 plan = client.plan(wanted)
                 print(plan)
                 return EXIT_OK if plan.fits else EXIT_FAILED
+            can_fit = _queue_check(client, wanted) if args.queue else True
             workload = client.run(
                 args.image,
                 command or None,
@@ -123,8 +166,18 @@ def run(args: argparse.Namespace) -> int:
                 queue=args.queue,
             )
             print(f"created {workload.kind.lower()} {workload.namespace}/{workload.name}")
+            if args.wait != "none" and not can_fit:
+                where = f"{workload.name} -n {workload.namespace}"
+                print(
+                    f"vslice request: not waiting for it to be {args.wait}: it cannot be "
+                    f"placed on these GPUs; `vslice why {where}` follows it, "
+                    f"`vslice delete {where}` removes it",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                return EXIT_FAILED
             if args.wait != "none":
-                workload.wait(args.timeout, until=args.wait)
+                workload.wait(args.timeout, until=args.wait, report=_report)
                 print(workload.allocation or "not placed yet")
             if args.logs:
                 sys.stdout.write(workload.logs())
