@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import stat
 import subprocess
 import threading
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from deep_trees import deep_nest
 from dra_fakes import NODE, REF, Claims, Slices, allocated_claim
 from vslice_core.errors import ClusterError
 from vslice_core.model import Gpu, GpuGrant, NodeInventory
@@ -140,14 +140,8 @@ def test_unprepare_removes_a_hostile_tree_in_the_claims_region_without_leaving_i
     prepared.prepare([REF])
     region = tmp_path / "regions" / REF.uid / "main"
     (region / "to-host").symlink_to(outside)
-    fd = os.open(region, os.O_RDONLY | os.O_DIRECTORY)
-    for _ in range(1200):
-        os.mkdir("d", dir_fd=fd)
-        below = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
-        os.close(fd)
-        fd = below
-    os.close(fd)
-    assert prepared.unprepare([REF]) == {REF.uid: None}
+    with deep_nest(region, tmp_path / "regions" / REF.uid):
+        assert prepared.unprepare([REF]) == {REF.uid: None}
     assert not (tmp_path / "regions" / REF.uid).exists()
     assert (outside / "keep").read_text() == "host data"
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from deep_trees import deep_nest
 from memory_nodeapi import MemoryNodeApi
 from prometheus_client.parser import text_string_to_metric_families
 from vslice_node.handover.cachedirs import CacheSweeper
@@ -370,19 +371,12 @@ def test_a_gone_pods_tree_is_removed_whatever_its_containers_left_in_it(
     os.mkfifo(mine / "fifo")
     # Deeper than Python's recursion limit: shutil.rmtree of Python 3.11 raised out of the
     # sweep on this, every time, and never reached another pod's directory.
-    fd = os.open(mine, os.O_RDONLY | os.O_DIRECTORY)
-    for _ in range(1200):
-        os.mkdir("d", dir_fd=fd)
-        os.symlink(str(outside / "keep-dir"), "up", dir_fd=fd)
-        below = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
-        os.close(fd)
-        fd = below
-    os.close(fd)
     other = cache_root / "uid-b-plain" / "main"
     other.mkdir(parents=True)
-    for uid in ("uid-a-deep", "uid-b-plain"):
-        age(cache_root / uid)
-    removed = CacheSweeper(cache_root, api_with_no_pods(), NODE, grace_s=0).sweep()
+    with deep_nest(mine, cache_root / "uid-a-deep", link_to=outside / "keep-dir"):
+        for uid in ("uid-a-deep", "uid-b-plain"):
+            age(cache_root / uid)
+        removed = CacheSweeper(cache_root, api_with_no_pods(), NODE, grace_s=0).sweep()
     assert removed == [cache_root / "uid-a-deep", cache_root / "uid-b-plain"]
     assert os.listdir(cache_root) == []
     assert (outside / "keep").read_text() == "host data"
