@@ -21,7 +21,7 @@ from __future__ import annotations
 KUBERNETES_VERSION = "v1.36.3"
 OLDEST_KUBERNETES_VERSION = "v1.34.4"
 """The oldest version vslice supports: CI builds it beside the default and an end-to-end smoke
-test (``tests/e2e/test_lab_k8s134.py``) runs a lab on it."""
+test (``tests/e2e/test_lab_simulated_oldest.py``) runs a lab on it."""
 KWOK_VERSION = "v0.8.0"
 ETCD_VERSION = "v3.6.16"
 CONTAINERD_VERSION = "v2.4.2"

@@ -1,9 +1,15 @@
-"""The lab on Kubernetes 1.34, the oldest minor vslice still supports (docs/kubernetes-versions.md).
+"""A second lab, unlike the shared one in two ways: Kubernetes' oldest supported minor
+(docs/kubernetes-versions.md), and simulated nodes only, the lab a machine that cannot run a
+real node gets (README promises such machines the simulated lab).
 
-The shared lab of the other tests runs the default version; this test starts its own small lab
-from the 1.34 binaries (``.ci/setup.d/30-k8s.sh`` builds them) in its own state dir, on its own
-free ports and with simulated nodes only, so the shared lab and its real node are not disturbed.
-One sliced pod goes through the webhook and the extender, which must record its decision on it.
+Both needs share this one lab, so a run pays for one more control plane, not two. It starts
+from the oldest version's binaries (``.ci/setup.d/30-k8s.sh`` builds them) in its own state dir,
+on its own free ports, with the example inventory and ``real_nodes=False`` (``lab-l4`` is then
+simulated like the others), beside the shared lab and its real node, which it does not disturb.
+
+- A sliced pod goes through the webhook and the extender, which must record its decision on it.
+- The example notebooks run Run-All as a user would: a cell that needs a real container says
+  why it cannot have one here and moves on, nothing fails, nothing is left behind.
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ from typing import Any
 
 import pytest
 from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+from notebook_runs import execute, kinds, pods_left, text
 from vslice_build.versions import OLDEST_KUBERNETES_VERSION
 from vslice_core.annotations import ALLOCATION, decode_allocation
 from vslice_kube.client import api_client
@@ -23,41 +31,53 @@ from vslice_lab import lab as lab_module
 from vslice_lab.errors import LabError
 from vslice_lab.layout import Layout
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = pytest.mark.timeout(300)
 
 VERSION = OLDEST_KUBERNETES_VERSION
-ONE_NODE = """
-nodes:
-  - name: old-t4
-    gpus:
-      - {uuid: GPU-old0-0000-0000-0000-000000000000, model: Tesla-T4, memory_mib: 15360, slots: 4}
-"""
 
 
-@pytest.fixture
-def lab_134(tmp_path: Path) -> Iterator[k8s.ApiClient]:
-    """A one-node 1.34 lab with the vslice services; downed afterwards, also on failure."""
+class SimulatedLab:
+    def __init__(self, state_dir: Path) -> None:
+        self.layout = Layout.at(state_dir)
+        self.api = api_client(self.layout.kubeconfig)
+        # Untyped: the client stubs know no _preload_content=False (raw JSON) answers.
+        self.core: Any = k8s.CoreV1Api(self.api)
+
+    def new_namespace(self, name: str) -> str:
+        self.core.create_namespace({"metadata": {"name": name}}, _preload_content=False)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                self.core.read_namespaced_service_account("default", name, _preload_content=False)
+                return name
+            except ApiException as error:
+                if error.status != 404 or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def simulated_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimulatedLab]:
+    """The example inventory on the oldest version, simulated only, with the vslice services;
+    downed afterwards, also on failure."""
     if not all(lab_module.services_installed().values()):
         pytest.fail("this test needs the vslice extender and webhook installed")
-    inventory = tmp_path / "inventory.yaml"
-    inventory.write_text(ONE_NODE)
-    state_dir = tmp_path / "state"
+    state_dir = tmp_path_factory.mktemp("simulated-lab") / "state"
     options = lab_module.LabOptions(
         state_dir=state_dir,
-        inventory=inventory,
         version=VERSION,
         services=True,
         real_nodes=False,
+        prometheus=False,
         timeout=90,
     )
     try:
         lab_module.up(options)
     except LabError as error:
         lab_module.down(state_dir)
-        pytest.fail(f"the {VERSION} lab did not come up: {error}", pytrace=False)
-    api = api_client(Layout.at(state_dir).kubeconfig)
+        pytest.fail(f"the {VERSION} simulated lab did not come up: {error}", pytrace=False)
     try:
-        yield api
+        yield SimulatedLab(state_dir)
     finally:
         lab_module.down(state_dir)
 
@@ -80,12 +100,11 @@ def _wait_running(core: Any, name: str, timeout: float = 30.0) -> dict[str, Any]
     return pod
 
 
-def test_a_sliced_pod_is_placed_by_the_extender_on_kubernetes_1_34(
-    lab_134: k8s.ApiClient,
+def test_a_sliced_pod_is_placed_by_the_extender_on_the_oldest_kubernetes(
+    simulated_lab: SimulatedLab,
 ) -> None:
-    assert k8s.VersionApi(lab_134).get_code().git_version == VERSION
-    # Untyped: the client stubs know no _preload_content=False (raw JSON) answers.
-    core: Any = k8s.CoreV1Api(lab_134)
+    assert k8s.VersionApi(simulated_lab.api).get_code().git_version == VERSION
+    core = simulated_lab.core
     limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4000", "nvidia.com/gpucores": "25"}
     container = {"name": "main", "image": "registry.invalid/sleep:1"}
     body: dict[str, Any] = {
@@ -102,12 +121,39 @@ def test_a_sliced_pod_is_placed_by_the_extender_on_kubernetes_1_34(
     assert created["spec"]["schedulerName"] == "vslice-scheduler"
 
     pod = _wait_running(core, "sliced")
-    assert pod["spec"]["nodeName"] == "old-t4"
     annotations = pod["metadata"].get("annotations") or {}
     value = annotations.get(ALLOCATION)
     assert value, f"the pod was bound without the extender's decision: {annotations}"
     allocation = decode_allocation(value)
-    assert allocation.node == "old-t4"
+    assert allocation.node == pod["spec"]["nodeName"]
     ((grant,),) = [container.gpus for container in allocation.containers]
-    assert grant.uuid == "GPU-old0-0000-0000-0000-000000000000"
+    assert grant.uuid.startswith("GPU-")
     assert (grant.memory_mib, grant.cores) == (4000, 25)
+    core.delete_namespaced_pod("sliced", "default", _preload_content=False)
+
+
+def test_the_quickstart_runs_on_a_simulated_lab_and_says_why_no_container_ran(
+    simulated_lab: SimulatedLab, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    namespace = simulated_lab.new_namespace("quickstart")
+    notebook = execute("01-quickstart", simulated_lab.layout.kubeconfig, namespace, monkeypatch)
+    shown = text(notebook)
+    assert "fits on" in shown and "memory MiB: 10240 cores %: 30" in shown
+    assert "simulated" in shown  # the smoke cell says why nothing ran, instead of waiting
+    assert "device.0.total_mib" not in shown
+    assert "1 GPU, 90 GiB: does not fit: asks 90 GiB per GPU" in shown
+    assert pods_left(core=simulated_lab.core, namespace=namespace) == []
+
+
+def test_the_widget_and_planning_notebooks_run_on_a_simulated_lab(
+    simulated_lab: SimulatedLab, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    namespace = simulated_lab.new_namespace("notebooks")
+    kubeconfig = simulated_lab.layout.kubeconfig
+    view = execute("02-cluster-view", kubeconfig, namespace, monkeypatch)
+    assert kinds(view).count("application/vnd.jupyter.widget-view+json") == 2
+    assert f"'{namespace}/vslice-" in text(view)
+    planning = execute("03-capacity-planning", kubeconfig, namespace, monkeypatch)
+    assert kinds(planning).count("image/png") == 2
+    assert "1 GPU, 96 GiB, 25% cores: does not fit" in text(planning)
+    assert pods_left(simulated_lab.core, namespace) == []
