@@ -49,6 +49,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     verify.set_defaults(usage_parser=verify)
     verify.add_argument("bundle", type=Path, help="the bundle's directory")
+    verify.add_argument(
+        "--arch",
+        action="append",
+        metavar="ARCH",
+        help="the hosts' architecture (amd64/x86_64, arm64/aarch64; repeatable; default: "
+        "this machine's), as the role checks every host's",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -58,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         if args.action == "verify":
-            checked = verify.verify(args.bundle)
+            hosts = {f"--arch {arch}": arch for arch in args.arch} if args.arch else None
+            checked = verify.verify(args.bundle, hosts)
             print(verify.summary(args.bundle, checked))
             return 0
         target = manifest.target(args.target)

@@ -348,7 +348,12 @@ def test_a_schedulable_control_plane_may_be_the_gpu_node(tmp_path: Path) -> None
 
 def _sealed_bundle(root: Path, target: Target) -> Path:
     """A small bundle sealed the way `vslice bundle build` seals one."""
-    for name, data in {"bin/kubeadm": b"kubeadm", "shim/libvslice.so": b"\x7fELF"}.items():
+    files = {
+        "bin/kubeadm": b"kubeadm",
+        "shim/libvslice.so": b"\x7fELF",
+        "python/wheel/vslice-0.1.0-py3-none-any.whl": b"PK",
+    }
+    for name, data in files.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_bytes(data)
     seal(
@@ -399,7 +404,7 @@ def test_the_bundle_role_checks_the_sums_and_the_hosts_before_anything_changes(
     (bundle / "bin" / "kubeadm").write_bytes(b"kubeadX")
     status, output = _preflight(tmp_path, "vslice_bundle", {"vslice_bundle": str(bundle)})
     failure = output[output.find("fatal:") :]
-    assert status != 0 and "bin/kubeadm: FAILED" in failure, output[-3000:]
+    assert status != 0 and "bin/kubeadm has SHA-256" in failure, output[-3000:]
 
     other = _sealed_bundle(
         tmp_path / "other", Target("other", "Plan9", "4", here.arch, "3.11", "2.36")

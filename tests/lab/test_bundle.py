@@ -79,29 +79,6 @@ def test_a_malformed_manifest_is_refused_naming_the_field(edit: object, named: s
     assert named in str(caught.value)
 
 
-def test_file_problems_name_missing_changed_and_unlisted_files() -> None:
-    listed = _manifest(
-        files={
-            "images/pause.tar": FileEntry("a" * 64, 5),
-            "python/wheel/vslice-0.1.0-py3-none-any.whl": FileEntry("b" * 64, 5),
-            "shim/libvslice.so": FileEntry("c" * 64, 9),
-        }
-    )
-    found = {
-        "images/pause.tar": FileEntry("a" * 64, 5),
-        "python/wheel/vslice-0.1.0-py3-none-any.whl": FileEntry("d" * 64, 5),
-        "extra.txt": FileEntry("e" * 64, 1),
-    }
-    problems = manifest.file_problems(listed, found)
-    assert problems == [
-        "python/wheel/vslice-0.1.0-py3-none-any.whl has SHA-256 dddddddddddddddd...; "
-        "the manifest says bbbbbbbbbbbbbbbb...",
-        "shim/libvslice.so is missing",
-        "extra.txt is not in the manifest",
-    ]
-    assert manifest.file_problems(listed, dict(listed.files)) == []
-
-
 def test_a_host_of_another_system_or_architecture_is_named_with_both() -> None:
     assert manifest.host_problem(DEBIAN12, Host("gpu-1", "Debian", "12", "x86_64")) is None
     assert manifest.host_problem(DEBIAN12, Host("gpu-1", "Debian", "12.7", "x86_64")) is None

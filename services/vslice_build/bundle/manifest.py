@@ -5,8 +5,8 @@ to bring up Kubernetes and vslice on its hosts::
 
     manifest.json     this module's Manifest: format, versions, target, images, every file's
                       SHA-256 and size
-    SHA256SUMS        the same checksums (and manifest.json's own) in ``sha256sum -c`` form,
-                      so a controller with nothing but coreutils can check a copy
+    SHA256SUMS        the same checksums (and manifest.json's own) in ``sha256sum -c`` form;
+                      it must agree with the manifest
     python/           the vslice wheel and its dependencies as wheels for the target's Python
     shim/libvslice.so the shim, built against the target's glibc or an older one
     bin/              kubeadm, kubelet, kubectl, containerd, containerd-shim-runc-v2, ctr
@@ -14,7 +14,9 @@ to bring up Kubernetes and vslice on its hosts::
                       flat repository index (Packages, Packages.gz)
     images/           OCI archives: the sandbox, the smoke image and the control plane's images
 
-Checksums make a damaged or edited copy visible; they do not say who wrote the bundle. A site
+A copy is checked by ``verify_bundle`` (the vslice_bundle role's own file, which the role and
+``vslice bundle verify`` both run): every file listed, nothing else, no links. Checksums make a
+damaged or edited copy visible; they do not say who wrote the bundle. A site
 that moves bundles across a trust boundary signs SHA256SUMS with its own key.
 
 Everything here is pure: parsing, validation and comparisons, tested without files.
@@ -30,9 +32,12 @@ from typing import Any
 
 from vslice_core.errors import InvalidRequest
 
-FORMAT = 1
-MANIFEST_FILE = "manifest.json"
-SUMS_FILE = "SHA256SUMS"
+# The format, the file names and the path rule are those of the check the roles run.
+from vslice_build.bundle.verify_bundle import FORMAT as FORMAT
+from vslice_build.bundle.verify_bundle import MANIFEST_FILE as MANIFEST_FILE
+from vslice_build.bundle.verify_bundle import SUMS_FILE as SUMS_FILE
+from vslice_build.bundle.verify_bundle import architecture, path_problem
+
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _GLIBC = re.compile(rb"GLIBC_([0-9]+)\.([0-9]+)(?:\.[0-9]+)?")
 
@@ -139,11 +144,12 @@ def _field(data: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
 
 
 def _relative(path: str, where: str) -> str:
-    """A path inside the bundle: relative, no ``..``, so nothing outside it is read or written."""
-    parts = path.split("/")
-    if not path or path.startswith("/") or any(part in ("", ".", "..") for part in parts):
+    """A path inside the bundle: relative, no ``..``, so nothing outside it is read or written
+    (the rule is verify_bundle's, which the roles run too)."""
+    problem = path_problem(path)
+    if problem is not None:
         raise BundleError(
-            f"{MANIFEST_FILE}: {where} {path!r} is not a plain path inside the bundle",
+            f"{MANIFEST_FILE}: {where} {problem}",
             field=where,
             value=path,
         )
@@ -229,34 +235,6 @@ def sums_text(files: Mapping[str, FileEntry], manifest_json: bytes) -> str:
     return "".join(f"{entry.sha256}  {path}\n" for path, entry in sorted(listed.items()))
 
 
-def file_problems(manifest: Manifest, found: Mapping[str, FileEntry]) -> list[str]:
-    """What differs between the files the manifest lists and those ``found`` in the bundle
-    (manifest.json and SHA256SUMS excluded): missing, changed and unlisted files, each named."""
-    problems: list[str] = []
-    for path, entry in sorted(manifest.files.items()):
-        have = found.get(path)
-        if have is None:
-            problems.append(f"{path} is missing")
-        elif have.size != entry.size:
-            problems.append(f"{path} has {have.size} bytes; the manifest says {entry.size}")
-        elif have.sha256 != entry.sha256:
-            problems.append(
-                f"{path} has SHA-256 {have.sha256[:16]}...; "
-                f"the manifest says {entry.sha256[:16]}..."
-            )
-    for path in sorted(set(found) - set(manifest.files)):
-        problems.append(f"{path} is not in the manifest")
-    referenced = [
-        *(image.file for image in manifest.images.values()),
-        manifest.wheel,
-        manifest.shim,
-    ]
-    for path in referenced:
-        if path not in manifest.files:
-            problems.append(f"the manifest names {path} but lists no checksum for it")
-    return problems
-
-
 @dataclass(frozen=True)
 class Host:
     """What a host says of itself (Ansible's facts or /etc/os-release and uname)."""
@@ -276,7 +254,7 @@ def host_problem(bundle: Target, host: Host) -> str | None:
             f"{bundle.os} {bundle.os_version} (target {bundle.name}): build one with "
             f"`vslice bundle build --target` for that host's system"
         )
-    if host.arch != bundle.arch:
+    if architecture(host.arch) != architecture(bundle.arch):
         return (
             f"host {host.name} is {host.arch}; the bundle is for {bundle.arch} "
             f"(target {bundle.name})"

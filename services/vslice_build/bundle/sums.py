@@ -3,14 +3,15 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import replace
 from pathlib import Path
 
+from vslice_build.bundle import verify_bundle
 from vslice_build.bundle.manifest import (
     MANIFEST_FILE,
     SUMS_FILE,
+    BundleError,
     FileEntry,
     Manifest,
     sums_text,
@@ -18,18 +19,15 @@ from vslice_build.bundle.manifest import (
 
 
 def file_entries(root: Path) -> dict[str, FileEntry]:
-    """Every regular file under ``root`` but the manifest and the sums, by relative path."""
-    found = {}
-    for path in sorted(root.rglob("*")):
-        relative = path.relative_to(root).as_posix()
-        if path.is_symlink() or not path.is_file() or relative in (MANIFEST_FILE, SUMS_FILE):
-            continue
-        digest = hashlib.sha256()
-        with path.open("rb") as file:
-            for block in iter(lambda: file.read(1 << 20), b""):
-                digest.update(block)
-        found[relative] = FileEntry(digest.hexdigest(), path.stat().st_size)
-    return found
+    """Every regular file under ``root`` but the manifest and the sums, by relative path, found
+    as the check finds them; BundleError for a link or special file, which no bundle holds."""
+    sizes, odd = verify_bundle.scan(str(root))
+    if odd:
+        raise BundleError(f"{root} cannot be sealed: {'; '.join(odd)}")
+    return {
+        path: FileEntry(verify_bundle.sha256(str(root / path)), size)
+        for path, size in sorted(sizes.items())
+    }
 
 
 def seal(root: Path, manifest: Manifest) -> Manifest:

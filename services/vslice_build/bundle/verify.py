@@ -1,65 +1,43 @@
-"""``vslice bundle verify``: is this copy of a bundle whole and unchanged?
+"""``vslice bundle verify``: is this copy of a bundle whole and unchanged, for these hosts?
 
-The roles check the same from Ansible (``sha256sum -c SHA256SUMS`` on the controller and the
-target against each host's facts) so that a site needs no vslice on its controller; this is
-the check for people, with every problem named at once.
+The check itself is ``verify_bundle`` (a link to the vslice_bundle role's
+``files/verify_bundle.py``): the role runs that file on the controller before any host
+changes, so the command and the role accept and refuse the same bundles, with the same words.
 """
 
 from __future__ import annotations
 
 import json
+import platform
+from collections.abc import Mapping
 from pathlib import Path
 
-from vslice_build.bundle.manifest import (
-    MANIFEST_FILE,
-    SUMS_FILE,
-    BundleError,
-    Manifest,
-    file_problems,
-    parse,
-    sums_text,
-)
-from vslice_build.bundle.sums import file_entries
+from vslice_build.bundle import verify_bundle
+from vslice_build.bundle.manifest import MANIFEST_FILE, BundleError, Manifest, parse
+
+# How the message names the machine the command runs on when no --arch is given.
+THIS_MACHINE = "this machine"
 
 
-def read_manifest(root: Path) -> Manifest:
-    path = root / MANIFEST_FILE
-    if not root.is_dir():
-        raise BundleError(f"{root} is not a directory (unpack a bundle tarball with tar -xf)")
+def default_hosts() -> dict[str, str]:
+    """The hosts to check the architecture for when none are named: the machine we run on."""
+    return {THIS_MACHINE: platform.machine()}
+
+
+def verify(root: Path, hosts: Mapping[str, str] | None = None, *, hashes: bool = True) -> Manifest:
+    """The bundle's manifest once it passes the check for ``hosts`` (each as the message calls
+    it, to its architecture; default: this machine); BundleError names every problem."""
+    found = verify_bundle.check(
+        str(root), dict(default_hosts() if hosts is None else hosts), hashes=hashes
+    )
+    if found:
+        raise BundleError(verify_bundle.report(str(root), found))
     try:
-        return parse(json.loads(path.read_text()))
-    except OSError as error:
-        raise BundleError(
-            f"{path} cannot be read ({error.strerror}): is {root} a bundle?"
-        ) from None
+        return parse(json.loads((root / MANIFEST_FILE).read_bytes()))
     except ValueError as error:
         if isinstance(error, BundleError):
             raise
-        raise BundleError(f"{path} is not JSON: {error}") from None
-
-
-def verify(root: Path) -> Manifest:
-    """The bundle's manifest once every file matches it; BundleError lists what does not."""
-    manifest = read_manifest(root)
-    problems = file_problems(manifest, file_entries(root))
-    expected_sums = sums_text(manifest.files, (root / MANIFEST_FILE).read_bytes())
-    try:
-        sums = (root / SUMS_FILE).read_text()
-    except OSError:
-        problems.append(f"{SUMS_FILE} is missing")
-    else:
-        if sums != expected_sums:
-            problems.append(
-                f"{SUMS_FILE} does not match {MANIFEST_FILE} (one of them was edited after the "
-                "bundle was built)"
-            )
-    if problems:
-        shown = "; ".join(problems[:10])
-        more = f"; and {len(problems) - 10} more" if len(problems) > 10 else ""
-        raise BundleError(
-            f"bundle {root} does not match its manifest ({len(problems)} problems): {shown}{more}"
-        )
-    return manifest
+        raise BundleError(f"{root / MANIFEST_FILE} is not JSON: {error}") from None
 
 
 def summary(root: Path, manifest: Manifest) -> str:
@@ -70,5 +48,5 @@ def summary(root: Path, manifest: Manifest) -> str:
         f"({target.os} {target.os_version} {target.arch}, Python {target.python}), "
         f"Kubernetes {manifest.components.get('kubernetes', '?')}, containerd "
         f"{manifest.components.get('containerd', '?')}, {len(manifest.images)} images, "
-        f"{len(manifest.files)} files, {size / 2**20:.0f} MiB: every checksum matches"
+        f"{len(manifest.files)} files, {size / 2**20:.0f} MiB: every file is listed and matches"
     )

@@ -1,0 +1,1 @@
+../../../roles/vslice_bundle/files/verify_bundle.py
