@@ -340,6 +340,7 @@ class ClusterSnapshot:
                         cordoned=gpu.cordoned,
                         pods=tuple(holders.get((name, gpu.uuid), ())),
                         address=self.addresses.get(name, ""),
+                        path="dra" if (name, gpu.uuid) in self.dra_gpus else "extender",
                     )
                 )
         return GpuTable(rows)

@@ -41,6 +41,9 @@ class GpuRow:
     pods: tuple[str, ...] = ()
     address: str = ""
     """The node's InternalIP (empty when the Node does not report one)."""
+    path: str = "extender"
+    """How pods get slices of this GPU: ``extender`` (the device plugin, placed by the scheduler
+    extender) or ``dra`` (ResourceClaims of vslice's DRA driver; docs/dra.md)."""
 
     @property
     def memory_free_mib(self) -> int:

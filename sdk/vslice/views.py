@@ -119,6 +119,12 @@ def _totals(rows: Sequence[GpuRow]) -> dict[str, int]:
     }
 
 
+def model_label(row: GpuRow) -> str:
+    """The GPU's model, marked ``(DRA)`` when its slices are ResourceClaims: such a GPU takes
+    no ``nvidia.com/gpu*`` pod, which a reader of the table should see at once."""
+    return f"{row.model} (DRA)" if row.path == "dra" else row.model
+
+
 def gpu_state(row: GpuRow) -> str:
     """``OVERBOOKED``, ``unhealthy``, ``cordoned`` or ``ok``: one word per GPU, for tables."""
     if row.overbooked:
@@ -137,7 +143,7 @@ def _gpu_cells(row: GpuRow) -> list[str]:
     chip = "vslice-ok" if state == "ok" else "vslice-bad"
     return [
         esc(row.index),
-        f'<div class="vslice-gpu">{esc(row.model)}<br>'
+        f'<div class="vslice-gpu">{esc(model_label(row))}<br>'
         f'<code class="vslice-muted">{esc(row.uuid)}</code></div>',
         f'<span class="vslice-chip {chip}">{esc(state)}</span>',
         meter(row.slots_used, row.slots, f"{row.slots_used}/{row.slots}"),
@@ -247,7 +253,7 @@ def gpu_cells(row: GpuRow) -> list[str]:
         row.node,
         row.address or "-",
         str(row.index),
-        row.model,
+        model_label(row),
         gpu_state(row),
         f"{row.slots_used}/{row.slots}",
         memory_cell(row.memory_used_mib, row.memory_mib),

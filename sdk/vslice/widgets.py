@@ -163,7 +163,7 @@ class GpuBar(w.HBox):  # type: ignore[misc]  # ipywidgets ships no types
             f'<div style="line-height:1.3;padding:3px 0"><b>{views.esc(row.node)}</b> '
             f"#{row.index}{flag}<br>"
             f'<span style="font-size:11px;{MUTED};overflow-wrap:anywhere">'
-            f"{views.esc(row.model)}</span></div>"
+            f"{views.esc(views.model_label(row))}</span></div>"
         )
         self._meter(self.memory, row.memory_used_mib, row.memory_mib)
         self.memory_label.value = views.gib_pair(row.memory_used_mib, row.memory_mib)

@@ -62,6 +62,7 @@ def test_capacity_planning_notebook_plots_what_fits_where(
     assert kinds(notebook).count("image/png") == 2
     assert "1 GPU, 96 GiB, 25% cores: does not fit" in shown
     assert "insufficient_memory" in shown
+    assert "...</td>" not in shown  # the why-not column whole, not cut at pandas' 50 characters
     total = [line for line in shown.splitlines() if "total 8Gi slices that still fit:" in line]
     assert total and int(total[0].rsplit(":", 1)[1]) > 0
     assert os.environ.get("VSLICE_NAMESPACE") == namespace

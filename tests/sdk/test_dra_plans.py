@@ -466,3 +466,23 @@ def test_documents_without_a_namespace_keep_none_for_the_client_to_place() -> No
     pod["metadata"]["namespace"] = "team"
     _, found = sdk_dra.split_documents([tmpl, pod], "manifest")
     assert found[("ResourceClaimTemplate", "team", "t")]["metadata"]["namespace"] == "team"
+
+
+def test_the_gpu_tables_mark_the_gpus_on_the_dra_path() -> None:
+    from vslice import views
+    from vslice.commands import top
+
+    gpus = cluster().gpus()
+    assert {row.path for row in gpus} == {"dra"}
+    assert all(views.gpu_cells(row)[3].endswith(" (DRA)") for row in gpus)
+    assert "(DRA)" in str(gpus) and "(DRA)" in gpus._repr_html_()
+    assert "(DRA)" in top.render(gpus)
+    extender = ClusterSnapshot.read(*_extender_objects()).gpus()
+    assert {row.path for row in extender} == {"extender"} and "(DRA)" not in str(extender)
+
+
+def _extender_objects() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    from api_objects import cluster_objects
+
+    nodes, pods = cluster_objects()
+    return nodes, pods
