@@ -17,6 +17,9 @@ def hooked_names() -> list[str]:
     return re.findall(r"^VS_HOOK\(\w+, (\w+),", text, flags=re.MULTILINE)
 
 
+HOOKS_DEF = Path(__file__).resolve().parents[2] / "shim" / "src" / "hooks.def"
+
+
 def test_only_the_hooks_are_exported(shim_build: Path) -> None:
     out = subprocess.run(
         ["nm", "-D", "--defined-only", str(shim_build / "libvslice.so")],
@@ -25,7 +28,9 @@ def test_only_the_hooks_are_exported(shim_build: Path) -> None:
         check=True,
     ).stdout
     exported = {line.split()[-1] for line in out.splitlines()}
-    assert exported == set(hooked_names()) | {"dlsym"}
+    loader = set(re.findall(r"^VS_LOADER\((\w+)\)", HOOKS_DEF.read_text(), re.M))
+    assert loader == {"dlsym", "dlvsym", "dlmopen"}
+    assert exported == set(hooked_names()) | loader
 
 
 def test_every_lookup_path_returns_the_hook(probe: Probe) -> None:
