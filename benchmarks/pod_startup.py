@@ -53,6 +53,7 @@ from vslice_kube.client import api_client
 from vslice_lab import dra as lab_dra
 from vslice_lab import lab as lab_module
 from vslice_lab.layout import Layout
+from vslice_lab.realnode import node_reader_context
 
 NODE = "bench-real"
 GPUS = [f"GPU-be000000-0000-4000-8000-00000000000{i}" for i in range(3)]
@@ -183,12 +184,14 @@ def round_trip(core: k8s.CoreV1Api, namespace: str, count: int, kind: str) -> li
     return [seen[name] - started[name] for name in started]
 
 
-def node_agent_report(record: Any) -> str:
+def node_agent_report(record: Any, layout: Layout) -> str:
     """What the node agent did meanwhile: its Allocate time and how often it had to list."""
     port = record.ports[f"device-plugin-{NODE}"]
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+    context = node_reader_context(layout)  # the node answers only the lab's client certificates
+    url = f"https://127.0.0.1:{port}"
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10, context=context) as response:
         text = response.read().decode()
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=10) as response:
+    with urllib.request.urlopen(f"{url}/status", timeout=10, context=context) as response:
         status = json.loads(response.read())
     sums = {}
     for line in text.splitlines():
@@ -265,7 +268,7 @@ def main() -> int:
                     f"p99_s={_p(times, 0.99):.2f} max_s={max(times):.2f}"
                 )
                 _delete_all(core, namespace)
-            print(f"node agent: {node_agent_report(record)}", flush=True)
+            print(f"node agent: {node_agent_report(record, Layout.at(args.state_dir))}", flush=True)
         finally:
             lab_module.down(args.state_dir)
     plain, sliced_p99 = _p(results["plain"], 0.99), _p(results["sliced"], 0.99)

@@ -60,6 +60,9 @@ class Certificates:
     """The API server's client certificate towards the webhook (``configs.WEBHOOK_CLIENT_NAME``)."""
     prometheus: KeyPair
     """The lab Prometheus's client certificate towards the https services (CN vslice-prometheus)."""
+    node_reader: KeyPair
+    """An operator's client certificate (CN vslice-admin): with the Prometheus's, the only one
+    the real nodes' agents and monitors answer /status and /metrics to."""
 
 
 # Simulated nodes' lease duration (kwok renews it, which keeps them Ready); 40 s is the

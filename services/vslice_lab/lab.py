@@ -465,6 +465,9 @@ def prepare_pki(layout: Layout) -> Certificates:
             ca, directory, "kube-apiserver-webhook-client", common_name=configs.WEBHOOK_CLIENT_NAME
         ),
         prometheus=pki.issue(ca, directory, "vslice-prometheus", common_name="vslice-prometheus"),
+        node_reader=pki.issue(
+            ca, directory, realnode.NODE_READER, common_name=realnode.NODE_READER
+        ),
     )
 
 
@@ -628,15 +631,13 @@ def _probes(layout: Layout, record: LabRecord) -> dict[str, Probe]:
     for name in record.real_nodes:
         socket_path = realnode.node_layout(layout, name).containerd_socket
         real[f"containerd-{name}"] = Probe(f"cri://{socket_path}")
-        for component, key in (
-            ("kubelet", "kubelet-healthz"),
-            ("device-plugin", "device-plugin"),
-            ("monitor", "monitor"),
-        ):
-            if f"{key}-{name}" in port:
-                real[f"{component}-{name}"] = Probe(
-                    f"http://{HOST}:{port[f'{key}-{name}']}/healthz"
-                )
+        if f"kubelet-healthz-{name}" in port:
+            real[f"kubelet-{name}"] = Probe(
+                f"http://{HOST}:{port[f'kubelet-healthz-{name}']}/healthz"
+            )
+        for component in ("device-plugin", "monitor"):
+            if f"{component}-{name}" in port:
+                real[f"{component}-{name}"] = realnode.health_probe(port[f"{component}-{name}"], ca)
     return real | {
         "etcd": Probe(f"http://{HOST}:{port['etcd']}/health"),
         "kube-apiserver": Probe(

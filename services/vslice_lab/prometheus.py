@@ -4,9 +4,11 @@ It is started last, once the real nodes' agents and monitors have their ports, w
 jobs and rules a site's Prometheus gets (``vslice_control.install.monitoring``, one source),
 filled with the lab's targets: the extender and the webhook over HTTPS, verified with the lab's
 CA and shown the client certificate ``vslice-prometheus``; each real node's agent and monitor
-over HTTP. It scrapes and evaluates every 2 s (a site's default is 30 s) so that tests see a new
-series within seconds. Its data lives in ``<state>/prometheus`` and starts empty at every
-``up``; it listens on loopback like every lab component.
+the same way (they serve HTTPS with a certificate from the lab CA and answer /metrics only to
+allowed client certificates, ``vslice_lab.realnode``). It scrapes and evaluates every 2 s (a
+site's default is 30 s) so that tests see a new series within seconds. Its data lives in
+``<state>/prometheus`` and starts empty at every ``up``; it listens on loopback like every lab
+component.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ def configuration(
         cert_file=str(certs.prometheus.cert),
         key_file=str(certs.prometheus.key),
         targets=targets(record, real_nodes),
+        node_tls=True,
     )
     return {
         "global": {"scrape_interval": INTERVAL, "evaluation_interval": INTERVAL},

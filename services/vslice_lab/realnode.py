@@ -4,6 +4,10 @@
 kubelet on this machine, the shim built), the node's binaries (built once), a snapshot of the
 host (``hostchanges``), certificates, configuration, stand-in device nodes, then containerd,
 the lab's images imported into it, and the kubelet with vslice's device plugin and monitor.
+The device plugin and the monitor serve HTTPS with a certificate of their own
+(``vslice-node-<name>``) and answer /status and /metrics only to the client certificates
+``vslice-prometheus`` (the lab's Prometheus) and ``vslice-admin`` (``NODE_READER``: operators
+and tests), as a production node configured per docs/monitor.md does.
 It returns once the node is Ready and advertises its GPU slots. A machine that cannot run a
 real node gets that node simulated instead, with one line saying why.
 
@@ -15,10 +19,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import ssl
 import subprocess
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from vslice_build import images
@@ -31,6 +36,7 @@ from vslice_kube.nodes import is_ready, read_node, set_node_addresses
 from vslice_lab import configs, hostchanges, nodeconfig, pki, processes, state
 from vslice_lab.components import Certificates, Component
 from vslice_lab.errors import LabError
+from vslice_lab.health import Probe
 from vslice_lab.inventory import LabNode
 from vslice_lab.layout import Layout
 from vslice_lab.nodeconfig import NodeLayout, NodePorts, ShimBuild
@@ -38,6 +44,20 @@ from vslice_lab.ports import HOST, free_ports
 from vslice_lab.state import LabRecord
 
 Launch = Callable[[Sequence[Component]], None]
+
+NODE_READER = "vslice-admin"
+
+
+def node_reader_context(layout: Layout) -> ssl.SSLContext:
+    """What a caller of a real node's /status and /metrics needs: the lab CA, which signed the
+    node services' certificates, and the operator's client certificate they accept."""
+    context = ssl.create_default_context(cafile=str(layout.pki / "ca.crt"))
+    context.load_cert_chain(layout.pki / f"{NODE_READER}.crt", layout.pki / f"{NODE_READER}.key")
+    return context
+
+
+"""The common name of the lab's operator certificate (``Certificates.node_reader``), one of the
+node services' default ``client_names``: the lab leaves those at their default."""
 
 
 @dataclass(frozen=True)
@@ -152,7 +172,8 @@ def start(node: LabNode, ctx: NodeContext) -> None:
         picked["kubelet"], picked["kubelet-healthz"], picked["device-plugin"], picked["monitor"]
     )
     record.ports.update({f"{key}-{name}": value for key, value in picked.items()})
-    serving, client = _node_certificates(ctx, name)
+    serving, client, services = _node_certificates(ctx, name)
+    tls = node_tls_settings(services, ctx.certs.ca.cert)
     nodeconfig.write_configs(
         layout, binaries, ports, ctx.certs.ca.cert, serving, images.PAUSE_IMAGE
     )
@@ -167,7 +188,8 @@ def start(node: LabNode, ctx: NodeContext) -> None:
         import_image(layout, binaries.ctr, archive, ctx.layout.log(f"containerd-{name}"))
     plugin = configs.write_settings(
         layout.settings("device-plugin"),
-        nodeconfig.device_plugin_settings(
+        tls
+        | nodeconfig.device_plugin_settings(
             name,
             layout,
             ctx.inventory_file,
@@ -181,19 +203,43 @@ def start(node: LabNode, ctx: NodeContext) -> None:
     )
     monitor = configs.write_settings(
         layout.settings("monitor"),
-        nodeconfig.monitor_settings(name, layout, ctx.services_kubeconfig, ports.monitor),
+        tls | nodeconfig.monitor_settings(name, layout, ctx.services_kubeconfig, ports.monitor),
     )
+    ca = ctx.certs.ca.cert
     ctx.launch(
         [
             nodeconfig.kubelet(name, layout, binaries, ports),
-            nodeconfig.node_service("device-plugin", name, plugin, ports.device_plugin),
-            nodeconfig.node_service("monitor", name, monitor, ports.monitor),
+            _https_service("device-plugin", name, plugin, ports.device_plugin, ca),
+            _https_service("monitor", name, monitor, ports.monitor, ca),
         ]
     )
     _wait_registered(ctx, node)
 
 
-def _node_certificates(ctx: NodeContext, name: str) -> tuple[pki.KeyPair, pki.KeyPair]:
+def node_tls_settings(serving: pki.KeyPair, ca: Path) -> dict[str, str]:
+    """The settings that make a node service serve HTTPS and check client certificates
+    against the lab CA (``client_names`` stays at its default)."""
+    return {
+        "tls_cert_file": str(serving.cert),
+        "tls_key_file": str(serving.key),
+        "client_ca_file": str(ca),
+    }
+
+
+def health_probe(port: int, ca: Path) -> Probe:
+    """A node service's /healthz over HTTPS; open, so without a client certificate."""
+    return Probe(f"https://{HOST}:{port}/healthz", ca=ca)
+
+
+def _https_service(service: str, name: str, settings: Path, port: int, ca: Path) -> Component:
+    return replace(
+        nodeconfig.node_service(service, name, settings, port), probe=health_probe(port, ca)
+    )
+
+
+def _node_certificates(ctx: NodeContext, name: str) -> tuple[pki.KeyPair, pki.KeyPair, pki.KeyPair]:
+    """The kubelet's serving and client certificates, and the serving certificate the node's
+    device plugin and monitor share (both listen on the same addresses)."""
     directory = ctx.layout.pki
     serving = pki.issue(
         ctx.certs.ca,
@@ -212,7 +258,16 @@ def _node_certificates(ctx: NodeContext, name: str) -> tuple[pki.KeyPair, pki.Ke
         common_name=f"system:node:{name}",
         organization="system:nodes",
     )
-    return serving, client
+    services = pki.issue(
+        ctx.certs.ca,
+        directory,
+        f"vslice-node-{name}",
+        common_name=f"vslice-node-{name}",
+        hosts=(HOST, "localhost", name),
+        server=True,
+        client=False,
+    )
+    return serving, client, services
 
 
 def build_images(layout: Layout) -> list[Path]:

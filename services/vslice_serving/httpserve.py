@@ -10,7 +10,8 @@
   rotated certificate is served without a restart. With a client CA (``client_ca_file``) a
   client certificate signed by it is verified when presented, and :class:`ClientAuth` names
   the routes that answer 403 unless it was presented with an allowed common name (health and
-  metrics routes can stay open to probes and scrapers).
+  metrics routes can stay open to probes and scrapers). :func:`serving_tls` builds both from a
+  service's ``tls_cert_file``/``tls_key_file``/``client_ca_file``/``client_names`` settings.
 - :func:`run_until_signal` serves until SIGTERM or SIGINT, then stops accepting, lets running
   requests finish (up to 10 s) and calls the service's cleanups.
 """
@@ -30,7 +31,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import metadata
-from typing import Any
+from typing import Any, Protocol
 
 log = logging.getLogger("vslice.http")
 
@@ -148,6 +149,30 @@ class ReloadingTlsContext:
             context.load_verify_locations(cafile=self.client_ca_file)
         log.info("certificate loaded", extra={"cert_file": self.cert_file})
         return context
+
+
+class TlsSettings(Protocol):
+    """The four settings of a service that may serve HTTPS with client certificates."""
+
+    tls_cert_file: str
+    tls_key_file: str
+    client_ca_file: str
+    client_names: list[str]
+
+
+def serving_tls(
+    settings: TlsSettings, guarded: Iterable[tuple[str, str]]
+) -> tuple[ReloadingTlsContext | None, ClientAuth | None]:
+    """HTTPS when ``tls_cert_file`` is set; with ``client_ca_file`` too, the ``guarded``
+    routes answer only the allowed client certificates."""
+    if not settings.tls_cert_file:
+        return None, None
+    tls = ReloadingTlsContext(
+        settings.tls_cert_file, settings.tls_key_file, settings.client_ca_file
+    )
+    if not settings.client_ca_file:
+        return tls, None
+    return tls, ClientAuth(frozenset(settings.client_names), frozenset(guarded))
 
 
 class _Server(ThreadingHTTPServer):

@@ -104,6 +104,49 @@ class ServiceSettings(BaseSettings):
         return parse_listen(self.listen)
 
 
+# Who may read a node's /metrics and /status by default: the Prometheus that scrapes them
+# and an operator's (or a test's) own certificate. Any other caller, a tenant's pod included,
+# gets 403: those answers name every tenant's pods.
+NODE_CLIENT_NAMES = ("vslice-prometheus", "vslice-admin")
+
+
+class NodeTlsSettings(ServiceSettings):
+    """HTTPS with client certificates for a node service's routes that name tenants' pods
+    (docs/security.md): shared by the node agent and the monitor."""
+
+    tls_cert_file: str = Field(
+        default="",
+        description="PEM certificate (chain) served over HTTPS, reloaded on change; empty "
+        "serves plain HTTP.",
+    )
+    tls_key_file: str = Field(default="", description="PEM private key of tls_cert_file.")
+    client_ca_file: str = Field(
+        default="",
+        description="PEM CA of the callers' client certificates; when set, /metrics and "
+        "/status answer 403 unless the caller shows a certificate from it whose common name "
+        "is in client_names (/healthz and /version stay open; needs tls_cert_file).",
+    )
+    client_names: list[str] = Field(
+        default_factory=lambda: list(NODE_CLIENT_NAMES),
+        description="Certificate common names allowed to read /metrics and /status when "
+        "client_ca_file is set.",
+    )
+
+    @model_validator(mode="after")
+    def _client_auth_needs_tls(self) -> NodeTlsSettings:
+        if self.client_ca_file and not self.tls_cert_file:
+            raise ValueError(
+                f"client_ca_file {self.client_ca_file!r} needs tls_cert_file: client "
+                "certificates are only checked over HTTPS"
+            )
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise ValueError(
+                "tls_cert_file and tls_key_file go together, got "
+                f"tls_cert_file={self.tls_cert_file!r}, tls_key_file={self.tls_key_file!r}"
+            )
+        return self
+
+
 class NodeServiceSettings(ServiceSettings):
     """Settings shared by the services that run on every GPU node (device plugin, monitor)."""
 

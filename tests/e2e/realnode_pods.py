@@ -7,6 +7,7 @@ there really run, with the shim preloaded and the fake driver standing in for th
 from __future__ import annotations
 
 import json
+import ssl
 import time
 import urllib.request
 from collections.abc import Callable
@@ -22,7 +23,7 @@ from vslice_core.model import Gpu
 from vslice_lab.inventory import load_inventory
 from vslice_lab.layout import Layout
 from vslice_lab.nodeconfig import NodeLayout
-from vslice_lab.realnode import node_layout
+from vslice_lab.realnode import node_layout, node_reader_context
 
 FINISHED = ("Succeeded", "Failed")
 
@@ -146,15 +147,18 @@ class RealNode:
                 pytest.fail(f"pods of {namespace} still there after {timeout:.0f}s")
             time.sleep(0.3)
 
+    def node_client(self) -> ssl.SSLContext:
+        return node_reader_context(Layout.at(self.lab.state_dir))
+
     def plugin_status(self) -> dict[str, Any]:
-        url = f"http://127.0.0.1:{self.port('device-plugin')}/status"
-        with urllib.request.urlopen(url, timeout=5) as response:
+        url = f"https://127.0.0.1:{self.port('device-plugin')}/status"
+        with urllib.request.urlopen(url, timeout=5, context=self.node_client()) as response:
             status: dict[str, Any] = json.loads(response.read())
         return status
 
     def metrics(self) -> str:
-        url = f"http://127.0.0.1:{self.port('monitor')}/metrics"
-        with urllib.request.urlopen(url, timeout=5) as response:
+        url = f"https://127.0.0.1:{self.port('monitor')}/metrics"
+        with urllib.request.urlopen(url, timeout=5, context=self.node_client()) as response:
             text: str = response.read().decode()
         return text
 

@@ -8,9 +8,11 @@ a lab without it fails these tests with how to get it, rather than skipping them
 from __future__ import annotations
 
 import json
+import ssl
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from typing import Any
@@ -21,6 +23,7 @@ from realnode_pods import RealNode, parse_smoke
 from vslice_build.prometheus import HOW_TO_GET
 from vslice_control.install import monitoring
 from vslice_lab import prometheus
+from vslice_lab.layout import Layout
 
 
 def _base(lab: LabHandle) -> str:
@@ -63,9 +66,27 @@ def test_every_vslice_service_is_scraped_and_up(services: LabHandle) -> None:
     assert jobs == sorted(
         ["vslice-scheduler", "vslice-webhook"] + ["vslice-node-agent", "vslice-monitor"] * len(real)
     )
-    # Up over https means the certificates verified against the lab's CA.
+    # Up over https means the certificates verified against the lab's CA; on the nodes also
+    # that they accepted the Prometheus's client certificate.
     schemes = {t["labels"]["job"]: t["scrapeUrl"].split("://")[0] for t in targets}
-    assert schemes["vslice-scheduler"] == schemes["vslice-webhook"] == "https"
+    assert set(schemes.values()) == {"https"}, schemes
+
+
+def test_the_real_nodes_answer_status_and_metrics_only_to_an_allowed_certificate(
+    real_node: RealNode,
+) -> None:
+    # The operator's certificate (vslice-admin) is let in ...
+    assert "vslice_monitor_regions" in real_node.metrics()
+    assert real_node.plugin_status()["node"] == real_node.name
+    ca = ssl.create_default_context(cafile=str(Layout.at(real_node.lab.state_dir).pki / "ca.crt"))
+    for component, path in (("device-plugin", "/status"), ("monitor", "/metrics")):
+        # ... a caller without one is not, while probes still get /healthz.
+        url = f"https://127.0.0.1:{real_node.port(component)}"
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"{url}{path}", timeout=5, context=ca)
+        assert refused.value.code == 403, component
+        with urllib.request.urlopen(f"{url}/healthz", timeout=5, context=ca) as health:
+            assert health.read() == b"ok", component
 
 
 def test_the_rules_are_loaded_and_evaluate_without_errors(services: LabHandle) -> None:

@@ -52,6 +52,40 @@ def test_a_client_certificate_is_shown_to_the_https_jobs_only() -> None:
     assert "tls_config" not in jobs["vslice-node-agent"]
 
 
+def test_with_node_tls_the_node_jobs_are_https_with_the_ca_and_client_certificate() -> None:
+    values = PrometheusValues(
+        cert_file="/p/tls.crt",
+        key_file="/p/tls.key",
+        targets=TARGETS,  # type: ignore[arg-type]
+        node_tls=True,
+    )
+    jobs = {str(j["job_name"]): j for j in monitoring.scrape_configs(values)}
+    for job in ("vslice-node-agent", "vslice-monitor"):
+        assert jobs[job]["scheme"] == "https", job
+        assert jobs[job]["tls_config"] == jobs["vslice-scheduler"]["tls_config"], job
+    assert jobs["vslice-monitor"]["static_configs"] == [{"targets": ["gpu1:9401"]}]
+
+
+def test_with_node_tls_the_operators_node_scrape_configs_use_the_client_secret() -> None:
+    values = parse_values(
+        {
+            "prometheus": {
+                "targets": TARGETS,
+                "operator": True,
+                "cert_file": "/p/tls.crt",
+                "key_file": "/p/tls.key",
+                "node_tls": True,
+            }
+        }
+    )
+    found = monitoring.operator_objects(values)
+    monitor = next(o for o in found if o["metadata"]["name"] == "vslice-monitor")["spec"]
+    assert monitor["scheme"] == "HTTPS"
+    assert monitor["tlsConfig"]["cert"] == {
+        "secret": {"name": "vslice-prometheus-tls", "key": "tls.crt"}
+    }
+
+
 def test_a_certificate_without_its_key_is_refused_naming_both() -> None:
     with pytest.raises(InvalidRequest) as caught:
         parse_values({"prometheus": {"cert_file": "/p/tls.crt"}})

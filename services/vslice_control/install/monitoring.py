@@ -7,13 +7,16 @@ Four jobs, one per kind of service, named as the rules and the dashboard name th
 |---|---|---|
 | ``vslice-scheduler`` | https (the extender's certificate, signed by ``ca_file``) | /metrics |
 | ``vslice-webhook`` | https | /metrics |
-| ``vslice-node-agent`` | http | /metrics |
-| ``vslice-monitor`` | http | /metrics |
+| ``vslice-node-agent`` | http; https with ``node_tls`` | /metrics |
+| ``vslice-monitor`` | http; https with ``node_tls`` | /metrics |
 
 The https jobs verify the services' certificates with the CA and show the client certificate
-when one is given (the services leave /metrics open to scrapers, so the identity is for sites
-that put the services behind an authenticating proxy, and for the audit trail). Targets are
-written into the jobs, or read from one file per job (``targets_dir``, file-based discovery).
+when one is given. The control-plane services leave /metrics open to scrapers, so there the
+identity is for sites that put them behind an authenticating proxy, and for the audit trail;
+the nodes' /metrics names every tenant's pods, and nodes serving it over HTTPS answer only
+allowed client certificates (``vslice-prometheus`` by default), so there it is required.
+Targets are written into the jobs, or read from one file per job (``targets_dir``, file-based
+discovery).
 
 vslice's services run on the hosts (systemd units the roles write), not as pods, so there is no
 Service or Pod a ServiceMonitor or PodMonitor could select; for the Prometheus Operator the
@@ -35,12 +38,14 @@ import yaml
 from vslice_control.install.namespaces import PART_OF
 from vslice_control.install.values import InstallValues, PrometheusValues
 
+CONTROL_PLANE = "control-plane"
+NODE = "node"
 JOBS: tuple[tuple[str, str, str], ...] = (
-    # (job name, field of PrometheusTargets, scheme)
-    ("vslice-scheduler", "scheduler", "https"),
-    ("vslice-webhook", "webhook", "https"),
-    ("vslice-node-agent", "node_agent", "http"),
-    ("vslice-monitor", "monitor", "http"),
+    # (job name, field of PrometheusTargets, where the service runs)
+    ("vslice-scheduler", "scheduler", CONTROL_PLANE),
+    ("vslice-webhook", "webhook", CONTROL_PLANE),
+    ("vslice-node-agent", "node_agent", NODE),
+    ("vslice-monitor", "monitor", NODE),
 )
 JOB_NAMES = tuple(job for job, _, _ in JOBS)
 RULES_FILE = "vslice-rules.yaml"
@@ -79,17 +84,25 @@ def file_sd_targets(prometheus: PrometheusValues) -> dict[str, list[dict[str, An
     }
 
 
+def scheme(where: str, *, node_tls: bool) -> str:
+    """The control plane always serves HTTPS; the nodes do when they were given certificates
+    (``node_tls``: docs/monitor.md, "Scraping the nodes")."""
+    return "https" if where == CONTROL_PLANE or node_tls else "http"
+
+
 def scrape_configs(prometheus: PrometheusValues) -> list[dict[str, Any]]:
-    """The four scrape jobs, as the ``scrape_configs`` list of a Prometheus configuration."""
+    """The four scrape jobs, as the ``scrape_configs`` list of a Prometheus configuration;
+    with ``node_tls`` the node jobs are https like the control plane's, with the same CA and
+    client certificate (the nodes' certificates must verify with ``ca_file``)."""
     jobs = []
-    for job, field, scheme in JOBS:
+    for job, field, where in JOBS:
         config: dict[str, Any] = {
             "job_name": job,
             "scrape_interval": prometheus.scrape_interval,
             "metrics_path": "/metrics",
-            "scheme": scheme,
+            "scheme": scheme(where, node_tls=prometheus.node_tls),
         }
-        if scheme == "https":
+        if config["scheme"] == "https":
             tls: dict[str, Any] = {"ca_file": prometheus.ca_file}
             if prometheus.cert_file and prometheus.key_file:
                 tls |= {"cert_file": prometheus.cert_file, "key_file": prometheus.key_file}
@@ -123,7 +136,8 @@ def operator_objects(values: InstallValues) -> list[dict[str, Any]]:
     if not prometheus.operator:
         return []
     found: list[dict[str, Any]] = []
-    for (_, field, _), config in zip(JOBS, scrape_configs(prometheus), strict=True):
+    configs = scrape_configs(prometheus)
+    for (_, field, _), config in zip(JOBS, configs, strict=True):
         spec: dict[str, Any] = {
             "scrapeInterval": config["scrape_interval"],
             "metricsPath": config["metrics_path"],

@@ -165,6 +165,11 @@ class PrometheusValues(BaseModel):
     )
     key_file: str | None = Field(default=None, description="its private key")
     targets: PrometheusTargets = Field(default_factory=PrometheusTargets)
+    node_tls: bool = Field(
+        default=False,
+        description="scrape the nodes' agent and monitor over https with the client certificate, "
+        'as their TLS settings require (docs/monitor.md, "Scraping the nodes")',
+    )
     targets_dir: str | None = Field(
         default=None,
         description="read each job's targets from <dir>/vslice-<job>.json (file-based "

@@ -4,7 +4,10 @@ HTTP: ``GET /healthz`` answers 200 while the plugin's own gRPC server is up (wit
 kubelet: a node being set up has none yet), 503 otherwise; ``GET /status`` tells the kubelet
 link's state ("waiting for kubelet", "registered", ...), device counts and whether the node
 annotation is current; ``GET /metrics`` serves the agent's Prometheus metrics
-(:mod:`vslice_node.agent.metrics`), open like /healthz.
+(:mod:`vslice_node.agent.metrics`). /status names claims and pods of every tenant: with
+``client_ca_file`` set, /status and /metrics answer only a client certificate whose common name
+is in ``client_names`` (the scraping Prometheus, an operator) and 403 to anyone else, while
+/healthz stays open to probes.
 """
 
 from __future__ import annotations
@@ -13,7 +16,13 @@ import logging
 from pathlib import Path
 
 from vslice_core.errors import InvalidRequest
-from vslice_serving.httpserve import HttpService, Response, configure_logging, run_until_signal
+from vslice_serving.httpserve import (
+    HttpService,
+    Response,
+    configure_logging,
+    run_until_signal,
+    serving_tls,
+)
 from vslice_serving.settings import load_settings
 
 from vslice_node.agent.nodeagent import NodeAgent
@@ -22,6 +31,13 @@ from vslice_node.gpus.backends import BackendUnavailable, GpuBackend
 from vslice_node.nodeapi import ConnectingNodeApi, NodeApi
 
 log = logging.getLogger("vslice.deviceplugin")
+
+
+STATUS = ("GET", "/status")
+METRICS = ("GET", "/metrics")
+# Guarded together: /status names pods and claims, and one rule for both is simpler to
+# configure than telling the two apart.
+GUARDED = frozenset({STATUS, METRICS})
 
 
 def make_backend(settings: NodeAgentSettings) -> GpuBackend:
@@ -56,12 +72,9 @@ def http_service(settings: NodeAgentSettings, plugin: NodeAgent) -> HttpService:
         body, content_type = plugin.metrics.exposition()
         return Response(200, body, content_type)
 
-    routes = {
-        ("GET", "/healthz"): healthz,
-        ("GET", "/status"): status,
-        ("GET", "/metrics"): metrics,
-    }
-    return HttpService(settings.listen_address, routes)
+    routes = {("GET", "/healthz"): healthz, STATUS: status, METRICS: metrics}
+    tls, client_auth = serving_tls(settings, GUARDED)
+    return HttpService(settings.listen_address, routes, tls=tls, client_auth=client_auth)
 
 
 def serve(config_path: str | None) -> int:
@@ -78,7 +91,13 @@ def serve(config_path: str | None) -> int:
     http = http_service(settings, plugin)
     log.info(
         "device plugin starting",
-        extra={"node": settings.node_name, "backend": backend.name, "listen": settings.listen},
+        extra={
+            "node": settings.node_name,
+            "backend": backend.name,
+            "listen": settings.listen,
+            "tls": bool(settings.tls_cert_file),
+            "client_certificates": bool(settings.client_ca_file),
+        },
     )
     plugin.start()
     return run_until_signal([http], cleanups=[plugin.stop])

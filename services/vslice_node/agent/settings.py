@@ -3,8 +3,8 @@
 Read like every service's settings (:mod:`vslice_serving.settings`): ``VSLICE_<SETTING>``
 variables over the ``--config`` YAML file over these defaults. The settings come in groups
 (:mod:`vslice_node.agent.groups`), one per concern; the node-wide settings (node name, API
-access, GPU backend, HTTP address) stay at the top. The names from before the groups are
-still accepted (:mod:`vslice_node.agent.flatkeys`).
+access, GPU backend, HTTP address and its TLS) stay at the top. The names from before the
+groups are still accepted (:mod:`vslice_node.agent.flatkeys`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pydantic import (
     model_validator,
 )
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource
-from vslice_serving.settings import ServiceSettings
+from vslice_serving.settings import NodeTlsSettings
 
 from vslice_node.agent.flatkeys import (
     RegroupedSource,
@@ -38,12 +38,12 @@ from vslice_node.agent.groups import (
 from vslice_node.handover.container import CONTAINER_LIMITS_DIR
 
 
-class NodeAgentSettings(ServiceSettings):
+class NodeAgentSettings(NodeTlsSettings):
     """``vslice serve device-plugin``: the node agent (device plugin and DRA driver)."""
 
     listen: str = Field(
         default="0.0.0.0:9400",
-        description='HTTP address of /healthz and /status, "HOST:PORT".',
+        description='HTTP(S) address of /healthz, /status and /metrics, "HOST:PORT".',
     )
     node_name: str = Field(
         default_factory=socket.gethostname,

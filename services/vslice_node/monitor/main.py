@@ -1,4 +1,9 @@
-"""``vslice serve monitor``: serve /metrics (Prometheus text format) and /healthz until SIGTERM."""
+"""``vslice serve monitor``: serve /metrics (Prometheus text format) and /healthz until SIGTERM.
+
+The series name every tenant's pods (``namespace``, ``pod``): with ``client_ca_file`` set,
+/metrics answers only a client certificate whose common name is in ``client_names`` (the
+scraping Prometheus, an operator) and 403 to anyone else; /healthz stays open to probes.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,13 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from vslice_serving.httpserve import HttpService, Response, configure_logging, run_until_signal
+from vslice_serving.httpserve import (
+    HttpService,
+    Response,
+    configure_logging,
+    run_until_signal,
+    serving_tls,
+)
 from vslice_serving.settings import load_settings
 
 from vslice_node.handover.checkpoint import prepared_claims
@@ -30,6 +41,10 @@ def connect_api(settings: MonitorSettings) -> NodeApi:
     return ConnectingNodeApi(connect)
 
 
+METRICS = ("GET", "/metrics")
+# The routes that name tenants' pods, so the ones a client certificate guards.
+GUARDED = frozenset({METRICS})
+
 # Pod names when the monitor may not ask the API server: none (uids only), nothing left out.
 no_names = no_pods
 
@@ -51,7 +66,11 @@ def metrics_service(
         body, content_type = served.exposition()
         return Response(200, body, content_type)
 
-    return HttpService(settings.listen_address, {("GET", "/metrics"): metrics}), cleanups
+    tls, client_auth = serving_tls(settings, GUARDED)
+    http = HttpService(
+        settings.listen_address, {METRICS: metrics}, tls=tls, client_auth=client_auth
+    )
+    return http, cleanups
 
 
 def serve(config_path: str | None) -> int:
@@ -74,6 +93,12 @@ def serve(config_path: str | None) -> int:
         cleanups.append(names.stop)
     http, more = metrics_service(settings, pod_names)
     log.info(
-        "monitor starting", extra={"listen": settings.listen, "cache_root": settings.cache_root}
+        "monitor starting",
+        extra={
+            "listen": settings.listen,
+            "cache_root": settings.cache_root,
+            "tls": bool(settings.tls_cert_file),
+            "client_certificates": bool(settings.client_ca_file),
+        },
     )
     return run_until_signal([http], cleanups=[*cleanups, *more])

@@ -5,14 +5,14 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import Field
-from vslice_serving.settings import NodeServiceSettings
+from vslice_serving.settings import NodeServiceSettings, NodeTlsSettings
 
 
-class MonitorSettings(NodeServiceSettings):
+class MonitorSettings(NodeServiceSettings, NodeTlsSettings):
     """``vslice serve monitor``: the node's metrics exporter."""
 
     listen: str = Field(
-        default="0.0.0.0:9401", description='HTTP address of /metrics and /healthz, "HOST:PORT".'
+        default="0.0.0.0:9401", description='HTTP(S) address of /metrics and /healthz, "HOST:PORT".'
     )
     backend: Literal["static", "nvml"] = Field(
         default="nvml",
