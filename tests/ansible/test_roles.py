@@ -135,6 +135,7 @@ BAD_INPUT = [
     ("vslice_node", {"vslice_node_health_timeout": "soon"}, "vslice_node_health_timeout"),
     ("vslice_node", {"vslice_node_monitor_listen": "9401"}, "vslice_node_monitor_listen"),
     ("vslice_node", {"vslice_node_shim_file": ""}, "vslice_node_shim_file"),
+    ("vslice_node", {"vslice_node_tls": True}, "vslice_node_tls"),
     (
         "vslice_node",
         {
@@ -878,7 +879,14 @@ def test_the_installed_objects_hold_what_the_security_model_needs() -> None:
     for resource in values.resources.managed():
         assert f"'{resource}'" in condition["expression"]
     assert "nvidia.com" not in condition["expression"]
-    policy = by_kind["ValidatingAdmissionPolicy"]
+    from vslice_control.install import statepolicy
+
+    (policy,) = [
+        doc
+        for doc in objects(values)
+        if doc["kind"] == "ValidatingAdmissionPolicy"
+        and doc["metadata"]["name"] == statepolicy.POLICY_NAME
+    ]
     (exempt,) = policy["spec"]["matchConditions"]
     assert exempt["expression"].startswith(
         "!(request.userInfo.username in ['system:serviceaccount:gpu-ops:vslice-control-plane', "
@@ -989,6 +997,8 @@ def test_uninstall_deletes_every_cluster_wide_object_the_role_installs() -> None
         ),
         ("ValidatingAdmissionPolicy", variables["_vslice_uninstall_state_policy"]),
         ("ValidatingAdmissionPolicyBinding", variables["_vslice_uninstall_state_policy"]),
+        ("ValidatingAdmissionPolicy", variables["_vslice_uninstall_claim_policy"]),
+        ("ValidatingAdmissionPolicyBinding", variables["_vslice_uninstall_claim_policy"]),
         ("ClusterRole", variables["_vslice_uninstall_viewer_role"]),
         ("Namespace", "vslice-system"),  # vslice_uninstall_namespace
         *((kind, name) for kind in ("ClusterRole", "ClusterRoleBinding") for name in accounts),
@@ -1001,3 +1011,172 @@ def test_uninstall_deletes_every_cluster_wide_object_the_role_installs() -> None
     tasks = yaml.safe_load((ROLES / "vslice_uninstall" / "tasks" / "objects.yml").read_text())
     loops = " ".join(str(task.get("loop", "")) for task in tasks)
     assert "_vslice_uninstall_viewer_role" in loops
+
+
+def test_the_preflight_stops_when_kube_apiserver_would_not_present_the_webhooks_client_certificate(
+    tmp_path: Path, node_files: dict[str, object]
+) -> None:
+    """Client authentication is on by default; with the webhook registered by the role, a
+    kube-apiserver without the admission flag would have every GPU pod refused."""
+    admin = tmp_path / "admin.conf"
+    admin.write_text("apiVersion: v1\nkind: Config\n")
+    manifest = tmp_path / "kube-apiserver.yaml"
+    manifest.write_text("spec:\n  containers:\n  - command: [kube-apiserver, --secure-port=6443]\n")
+    variables = {
+        **node_files,
+        "vslice_control_plane_admin_kubeconfig": str(admin),
+        "vslice_control_plane_apiserver_manifest": str(manifest),
+    }
+    status, output = _preflight(tmp_path, "vslice_control_plane", variables)
+    assert status != 0, output[-3000:]
+    failure = output[output.find("fatal:") :]
+    assert "vslice_control_plane_apiserver_manifest" in failure, failure[-3000:]
+    assert "--admission-control-config-file=/etc/kubernetes/vslice/admission.yaml" in failure
+    assert "vslice_control_plane_apiserver_admission_confirmed" in failure
+
+    manifest.write_text(
+        "spec:\n  containers:\n  - command: [kube-apiserver,"
+        " --admission-control-config-file=/etc/kubernetes/vslice/admission.yaml]\n"
+    )
+    status, output = _preflight(tmp_path, "vslice_control_plane", variables)
+    assert status == 0, output[-3000:]
+    manifest.unlink()
+    confirmed = {**variables, "vslice_control_plane_apiserver_admission_confirmed": True}
+    status, output = _preflight(tmp_path, "vslice_control_plane", confirmed)
+    assert status == 0, output[-3000:]
+
+
+def test_kube_apiserver_is_restarted_only_when_its_webhook_credentials_change(
+    tmp_path: Path,
+) -> None:
+    """kube-apiserver reads the webhook kubeconfig once, at start: new credentials annotate its
+    static pod manifest (the kubelet recreates the pod); the same credentials leave it alone."""
+    role = ROLES / "vslice_control_plane"
+    play = {
+        "name": "Webhook client",
+        "hosts": "localhost",
+        "connection": "local",
+        "vars_files": [str(role / "defaults" / "main.yml"), str(role / "vars" / "main.yml")],
+        "tasks": [
+            {"ansible.builtin.import_tasks": str(role / "tasks" / "tls.yml")},
+            {"ansible.builtin.import_tasks": str(role / "tasks" / "webhook_client_tls.yml")},
+        ],
+        "handlers": [{"ansible.builtin.import_tasks": str(role / "handlers" / "main.yml")}],
+    }
+    (tmp_path / "play.yml").write_text(yaml.safe_dump([play]))
+    (tmp_path / "pki").mkdir()
+    manifest = tmp_path / "kube-apiserver.yaml"
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "kube-apiserver", "namespace": "kube-system"},
+        "spec": {"containers": [{"name": "kube-apiserver", "command": ["kube-apiserver"]}]},
+    }
+    manifest.write_text(yaml.safe_dump(pod))
+    overrides = tmp_path / "vars.json"
+    overrides.write_text(
+        json.dumps(
+            {
+                "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+                "vslice_release_prefix": str(_release_prefix(tmp_path)),
+                "vslice_control_plane_tls_dir": str(tmp_path / "pki"),
+                "vslice_control_plane_admission_config_dir": str(tmp_path / "admission"),
+                "vslice_control_plane_apiserver_manifest": str(manifest),
+                "vslice_control_plane_apply_manifests": False,
+                "vslice_control_plane_webhook_host": "10.0.0.5",
+                "vslice_control_plane_restart_on_change": False,
+            }
+        )
+    )
+    result = run(tool("ansible-playbook"), "-e", f"@{overrides}", str(tmp_path / "play.yml"))
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    restarted = yaml.safe_load(manifest.read_text())
+    annotation = restarted["metadata"]["annotations"]["vslice.io/admission-credentials-sha256"]
+    assert len(annotation) == 64
+    assert restarted["spec"] == pod["spec"]
+    before = manifest.read_text()
+    again = run(tool("ansible-playbook"), "-e", f"@{overrides}", str(tmp_path / "play.yml"))
+    assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]
+    assert manifest.read_text() == before
+
+
+def _render_kubernetes_templates(tmp_path: Path, variables: dict[str, object]) -> Path:
+    """The kubernetes role's kubeadm configuration, rendered by Ansible into
+    tmp_path with the role's defaults and the facts init.yml works out."""
+    role = ROLES / "kubernetes"
+    play = {
+        "name": "Render",
+        "hosts": "localhost",
+        "connection": "local",
+        "gather_facts": False,
+        "vars_files": [str(role / "defaults" / "main.yml")],
+        "tasks": [
+            {
+                "name": f"Render {name}",
+                "ansible.builtin.template": {
+                    "src": str(role / "templates" / name),
+                    "dest": str(tmp_path / name.removesuffix(".j2")),
+                    "mode": "0600",
+                },
+            }
+            for name in ("kubeadm-config.yaml.j2",)
+        ],
+    }
+    (tmp_path / "render.yml").write_text(yaml.safe_dump([play]))
+    overrides = tmp_path / "render-vars.json"
+    overrides.write_text(
+        json.dumps(
+            {
+                "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+                "__kubernetes_address": "10.0.0.5",
+                "__kubernetes_node": "cp-1",
+                "_kubernetes_cri_socket": "unix:///run/containerd/containerd.sock",
+                "__kubernetes_version": "v1.36.0",
+                "_kubernetes_endpoint": "10.0.0.5:6443",
+                "__kubernetes_image_repository": "",
+                "__kubernetes_etcd_tag": "",
+                "_kubernetes_systemd_cgroup": True,
+                "__kubernetes_any_cgroup_v1": False,
+                **variables,
+            }
+        )
+    )
+    result = run(tool("ansible-playbook"), "-e", f"@{overrides}", str(tmp_path / "render.yml"))
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    return tmp_path
+
+
+def test_a_cluster_vslice_builds_runs_kube_apiserver_with_the_admission_config_vslice_renders(
+    tmp_path: Path,
+) -> None:
+    rendered = _render_kubernetes_templates(
+        tmp_path, {"kubernetes_webhook_admission_dir": "/etc/k8s/admission"}
+    )
+    # Until vslice_control_plane writes vslice's own file (from `vslice manifests`, the one
+    # source) into the same directory, kube-apiserver starts on a placeholder.
+    init = yaml.safe_load((ROLES / "kubernetes" / "tasks" / "init.yml").read_text())
+    (placeholder,) = [
+        task["ansible.builtin.copy"]
+        for task in init
+        if str((task.get("ansible.builtin.copy") or {}).get("dest", "")).endswith("admission.yaml")
+    ]
+    assert yaml.safe_load(placeholder["content"]) == {
+        "apiVersion": "apiserver.config.k8s.io/v1",
+        "kind": "AdmissionConfiguration",
+        "plugins": [],
+    }
+    assert placeholder["force"] is False
+    kubernetes = yaml.safe_load((ROLES / "kubernetes" / "defaults" / "main.yml").read_text())
+    control = yaml.safe_load((ROLES / "vslice_control_plane" / "defaults" / "main.yml").read_text())
+    assert (
+        kubernetes["kubernetes_webhook_admission_dir"]
+        == control["vslice_control_plane_admission_config_dir"]
+    )
+    cluster = _documents(rendered / "kubeadm-config.yaml")[1]
+    assert cluster["kind"] == "ClusterConfiguration"
+    assert cluster["apiServer"]["extraArgs"] == [
+        {"name": "admission-control-config-file", "value": "/etc/k8s/admission/admission.yaml"}
+    ]
+    (volume,) = cluster["apiServer"]["extraVolumes"]
+    assert volume["hostPath"] == volume["mountPath"] == "/etc/k8s/admission"
+    assert volume["readOnly"] is True

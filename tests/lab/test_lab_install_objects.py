@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
+from vslice_control.install import statepolicy
 from vslice_control.install.manifests import API_PARTS, objects
 from vslice_control.install.values import InstallValues
 from vslice_core.errors import InvalidRequest
@@ -180,7 +181,12 @@ def test_the_labs_services_are_exempt_from_the_state_policy_by_their_group(
     tmp_path: Path,
 ) -> None:
     values = _values(tmp_path)
-    (policy,) = [o for o in objects(values) if o["kind"] == "ValidatingAdmissionPolicy"]
+    (policy,) = [
+        o
+        for o in objects(values)
+        if o["kind"] == "ValidatingAdmissionPolicy"
+        and o["metadata"]["name"] == statepolicy.POLICY_NAME
+    ]
     (condition,) = policy["spec"]["matchConditions"]
     assert f"g in ['{SERVICES_GROUP}']" in condition["expression"]
     assert "system:serviceaccount:vslice-system:vslice-node" in condition["expression"]

@@ -20,8 +20,10 @@ from vslice_control.install.values import parse_values
 from vslice_control.webhook import reach
 from vslice_control.webhook.draconvert import (
     MANAGED_BY,
+    TemplateStore,
     claim_template,
     ensure_template,
+    store_for_callers,
 )
 from vslice_control.webhook.main import handle_review, policy_from
 from vslice_control.webhook.policy import WebhookPolicy
@@ -104,7 +106,7 @@ def review_body(
 def respond(
     obj: dict[str, Any],
     policy: WebhookPolicy = DRA,
-    templates: FakeTemplates | None = None,
+    templates: TemplateStore | None = None,
     labels: Mapping[str, str] | None = None,
     **request: Any,
 ) -> dict[str, Any]:
@@ -313,6 +315,8 @@ def test_a_template_that_already_exists_is_accepted() -> None:
     request = canonical["spec"]["spec"]["devices"]["requests"][0]["exactly"]
     request["capacity"]["requests"]["memory"] = "8Gi"
     request["adminAccess"] = False
+    request["tolerations"] = []
+    canonical["spec"]["metadata"] = {}
     templates = FakeTemplates({stored["metadata"]["name"]: canonical})
     response = respond(original, templates=templates)
     assert response["allowed"] is True
@@ -330,7 +334,72 @@ def test_a_foreign_template_under_vslices_name_refuses_the_pod() -> None:
     templates = FakeTemplates({foreign["metadata"]["name"]: foreign})
     response = respond(original, templates=templates)
     assert response["allowed"] is False
-    assert "exists with another spec" in response["status"]["message"]
+    assert (
+        "capacity.requests.memory is '80Gi' there, vslice writes '8192Mi'"
+        in (response["status"]["message"])
+    )
+
+
+def tenant_look_alike(original: dict[str, Any], change: Any) -> FakeTemplates:
+    """A store holding what a tenant created under the name vslice would use for
+    ``original``, before vslice did: its own spec, changed by ``change``, and vslice's label."""
+    first = FakeTemplates()
+    patched(original, respond(original, templates=first))
+    look_alike = copy.deepcopy(only_template(first))
+    change(look_alike["spec"]["spec"]["devices"])
+    assert look_alike["metadata"]["labels"] == MANAGED_BY  # a label proves nothing
+    return FakeTemplates({look_alike["metadata"]["name"]: look_alike})
+
+
+def test_a_tenants_look_alike_with_its_own_selectors_is_refused_naming_the_field() -> None:
+    original = pod(container(**{GPU: "1", MEM: "8192"}))
+
+    def pin_a_victims_gpu(devices: dict[str, Any]) -> None:
+        devices["requests"][0]["exactly"]["selectors"] = [
+            {"cel": {"expression": "device.attributes['gpu.vslice.io'].uuid == 'GPU-victim'"}}
+        ]
+
+    templates = tenant_look_alike(original, pin_a_victims_gpu)
+    response = respond(original, templates=templates)
+    assert response["allowed"] is False
+    message = response["status"]["message"]
+    assert "was not written by vslice" in message
+    assert "spec.spec.devices.requests[0].exactly.selectors is [" in message
+    assert "GPU-victim" in message and "vslice writes none" in message
+    assert "delete the template" in message
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("adminAccess", True),
+        ("tolerations", [{"operator": "Exists"}]),
+    ],
+)
+def test_a_look_alike_that_adds_any_request_field_is_refused(field: str, value: Any) -> None:
+    original = pod(container(**{GPU: "1", MEM: "8192"}))
+
+    def add(devices: dict[str, Any]) -> None:
+        devices["requests"][0]["exactly"][field] = value
+
+    response = respond(original, templates=tenant_look_alike(original, add))
+    assert response["allowed"] is False
+    assert f"exactly.{field} is {value!r} there" in response["status"]["message"]
+
+
+def test_a_look_alike_with_an_opaque_driver_config_or_a_constraint_is_refused() -> None:
+    original = pod(container(**{GPU: "1", MEM: "8192"}))
+
+    def add_config(devices: dict[str, Any]) -> None:
+        devices["config"] = [{"opaque": {"driver": "gpu.vslice.io", "parameters": {}}}]
+
+    def add_constraint(devices: dict[str, Any]) -> None:
+        devices["constraints"] = [{"matchAttribute": "gpu.vslice.io/numaNode"}]
+
+    for change, field in ((add_config, "config"), (add_constraint, "constraints")):
+        response = respond(original, templates=tenant_look_alike(original, change))
+        assert response["allowed"] is False
+        assert f"spec.spec.devices.{field} is [" in response["status"]["message"]
 
 
 def test_an_api_failure_refuses_the_pod_naming_the_template() -> None:
@@ -344,6 +413,18 @@ def test_an_api_failure_refuses_the_pod_naming_the_template() -> None:
     without_api = respond(pod(container(**{GPU: "1"})), templates=None)
     assert without_api["allowed"] is False
     assert "no API access" in without_api["status"]["message"]
+
+
+def test_a_webhook_that_cannot_authenticate_its_callers_writes_no_template() -> None:
+    api = FakeTemplates()
+    # Without client_ca_file anyone who reaches the port could post this review.
+    response = respond(
+        pod(container(**{GPU: "1"})), templates=store_for_callers(api, authenticated=False)
+    )
+    assert response["allowed"] is False
+    assert "client_ca_file is not set" in response["status"]["message"]
+    assert api.creates == [] and api.stored == {}
+    assert store_for_callers(api, authenticated=True) is api
 
 
 def test_a_template_deleted_between_409_and_read_is_created_again() -> None:

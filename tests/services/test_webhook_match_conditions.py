@@ -41,11 +41,17 @@ def selected(pod: Mapping[str, Any], names: ResourceNames = NAMES) -> bool:
             p and (p.startswith(VISIBLE_PREFIX) or VISIBLE_PREFIX.startswith(p)) for p in prefixes
         )
 
+    def uses_claims(container: Mapping[str, Any]) -> bool:
+        return bool((container.get("resources") or {}).get("claims"))
+
     spec = pod["spec"]
     items = [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]
     annotations = pod["metadata"].get("annotations") or {}
-    return any(asks(c) or sets_environment(c) for c in items) or any(
-        k in POD_STATE for k in annotations
+    shares_claims = not spec.get("shareProcessNamespace") and sum(map(uses_claims, items)) > 1
+    return (
+        any(asks(c) or sets_environment(c) for c in items)
+        or any(k in POD_STATE for k in annotations)
+        or shares_claims
     )
 
 
@@ -70,6 +76,16 @@ def _pod(
 
 def _container(**fields: Any) -> dict[str, Any]:
     return {"name": fields.pop("name", "main"), "image": "busybox", **fields}
+
+
+def _claim_sharing_pod() -> dict[str, Any]:
+    """Two containers on one claim, in separate pid namespaces: refused (claimsharing)."""
+    pod = _pod(
+        _container(resources={"claims": [{"name": "gpu"}]}),
+        _container(name="side", resources={"claims": [{"name": "gpu"}]}),
+    )
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "shared"}]
+    return pod
 
 
 _resource_keys = st.sampled_from(
@@ -104,6 +120,9 @@ def _containers(draw: st.DrawFn, name: str) -> dict[str, Any]:
         container["envFrom"] = draw(st.lists(_env_from, max_size=2))
     if draw(st.booleans()):
         container["securityContext"] = {"privileged": True}
+    if draw(st.booleans()):
+        claims = draw(st.lists(st.sampled_from(["gpu", "other"]), min_size=1, max_size=2))
+        container.setdefault("resources", {})["claims"] = [{"name": c} for c in claims]
     return container
 
 
@@ -119,6 +138,13 @@ def _pods(draw: st.DrawFn) -> dict[str, Any]:
         pod["metadata"]["annotations"] = annotations
     if draw(st.booleans()):
         pod["spec"]["nodeName"] = "node-1"
+    if draw(st.booleans()):
+        pod["spec"]["shareProcessNamespace"] = True
+    if any((c.get("resources") or {}).get("claims") for c in [*containers, *init]):
+        pod["spec"]["resourceClaims"] = [
+            {"name": "gpu", "resourceClaimName": "shared"},
+            {"name": "other", "resourceClaimName": "other"},
+        ]
     return pod
 
 
@@ -142,8 +168,18 @@ def test_a_pod_the_conditions_leave_out_is_one_the_webhook_would_not_touch(
         _pod(_container(env=[{"name": VISIBLE, "value": "all"}])),
         _pod(_container(envFrom=[{"prefix": "NVIDIA_VISIBLE_", "configMapRef": {"name": "x"}}])),
         _pod(_container(), annotations={POD_STATE[0]: "{}"}),
+        _claim_sharing_pod(),
     ],
-    ids=["gpu", "memory-request", "init-cores", "look-alike", "env", "env-from", "state"],
+    ids=[
+        "gpu",
+        "memory-request",
+        "init-cores",
+        "look-alike",
+        "env",
+        "env-from",
+        "state",
+        "claim-shared-by-containers",
+    ],
 )
 def test_each_thing_the_webhook_acts_on_is_selected(pod: dict[str, Any]) -> None:
     assert acts(pod) and selected(pod)

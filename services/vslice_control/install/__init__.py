@@ -8,6 +8,7 @@ as pure functions of one typed parameter object (``values.InstallValues``).
 - ``rbac``         service accounts with token Secrets, the services' ClusterRoles and bindings,
   the ``vslice-viewer`` ClusterRole for users
 - ``statepolicy``  the ValidatingAdmissionPolicy that keeps vslice's pod state vslice's own
+- ``claimreservation`` the ValidatingAdmissionPolicy that keeps a vslice ResourceClaim to one pod
 - ``admission``    the pods' and the ResourceClaims' webhook configurations (around
   ``vslice_control.webhook.reach``)
 - ``dra``          the DeviceClass ``gpu.vslice.io``

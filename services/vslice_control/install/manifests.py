@@ -20,6 +20,7 @@ from vslice_core.errors import InvalidRequest
 from vslice_control.install import (
     admission,
     apiserver,
+    claimreservation,
     dra,
     monitoring,
     namespaces,
@@ -45,6 +46,12 @@ PARTS: tuple[Part, ...] = (
     Part("namespace", namespaces.vslice_namespace, True, "vslice's namespace"),
     Part("rbac", rbac.objects, True, "service accounts, tokens, ClusterRoles, bindings"),
     Part("state-policy", statepolicy.objects, True, "the state-annotation policy and binding"),
+    Part(
+        "claim-reservation-policy",
+        claimreservation.objects,
+        True,
+        "the policy and binding that keep a vslice ResourceClaim to one pod",
+    ),
     Part("webhook", lambda v: [admission.pod_configuration(v)], True, "the pods' webhook"),
     Part(
         "claims-webhook",

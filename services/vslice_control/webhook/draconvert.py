@@ -134,12 +134,46 @@ class TemplateStore(Protocol):
         """The stored template, None when there is none."""
 
 
+ANONYMOUS = (
+    "the webhook cannot tell who calls it (client_ca_file is not set), and it writes "
+    "ResourceClaimTemplates, with its own identity, only for the API server: set "
+    "client_ca_file and client_names for the API server's client certificate (docs/webhook.md, "
+    "Only the API server), or use the extender path (namespace label vslice.io/path=extender)"
+)
+
+
+class AnonymousCallers:
+    """The template store of a webhook whose callers are not authenticated.
+
+    Without a client CA anyone who reaches the port can POST a review naming any namespace;
+    the webhook would create templates there with its own rights. So it creates and reads
+    nothing, and a DRA pod is refused with :data:`ANONYMOUS`.
+    """
+
+    def create(self, template: Mapping[str, Any]) -> bool:
+        raise ClusterError(ANONYMOUS, code=403)
+
+    def read(self, namespace: str, name: str) -> dict[str, Any] | None:
+        raise ClusterError(ANONYMOUS, code=403)
+
+
+def store_for_callers(store: TemplateStore | None, authenticated: bool) -> TemplateStore | None:
+    """``store`` when every caller of ``/mutate`` is authenticated (``client_ca_file`` set),
+    else one that never writes."""
+    if store is None or authenticated:
+        return store
+    return AnonymousCallers()
+
+
 def ensure_template(store: TemplateStore, template: Mapping[str, Any]) -> str | None:
     """Make sure ``template`` exists; why the pod must be refused, or None.
 
-    An existing template of that name is fine when it says the same (the name is a hash of the
-    spec, so it was made for a pod of the same shape); one that says something else was written
-    by someone else under vslice's name, and the pod would get what that one asks.
+    An existing template of that name is used only when its spec says exactly what vslice
+    would write (:func:`template_difference`). The name is a hash anyone can compute and the
+    ``managed-by`` label is one a tenant with ``edit`` can set, so neither proves the template
+    is vslice's: a tenant could create ``vslice-<hash>`` first with selectors, constraints, an
+    opaque driver config or ``adminAccess`` of its own, and every pod of that shape in the
+    namespace would get what it asks.
     """
     metadata = template["metadata"]
     label = f"{metadata['namespace']}/{metadata['name']}"
@@ -150,12 +184,15 @@ def ensure_template(store: TemplateStore, template: Mapping[str, Any]) -> str | 
             stored = store.read(metadata["namespace"], metadata["name"])
             if stored is None:
                 continue  # deleted between the create and the read: create it again
-            if same_template(stored, template):
+            difference = template_difference(stored, template)
+            if difference is None:
                 return None
             return (
-                f"ResourceClaimTemplate {label} exists with another spec than the one this "
-                "pod's GPU limits ask for: it was not written by vslice; delete it (vslice "
-                "creates it again) or reference your own template instead of nvidia.com/* limits"
+                f"ResourceClaimTemplate {label} exists but was not written by vslice: "
+                f"{difference}, so the pod would get what that template asks instead of its "
+                "GPU limits; delete the template (vslice creates it again with the spec the "
+                "limits ask) or reference a template of another name instead of nvidia.com/* "
+                "limits"
             )
     except ClusterError as exc:
         return f"cannot create ResourceClaimTemplate {label} for the pod's GPU claim: {exc}"
@@ -163,23 +200,57 @@ def ensure_template(store: TemplateStore, template: Mapping[str, Any]) -> str | 
 
 
 def same_template(stored: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
-    """Whether the stored template's spec says what ``wanted`` says: the API server may add
-    defaulted fields and writes quantities in canonical form (8192Mi comes back as 8Gi)."""
-    return _covers(wanted.get("spec"), stored.get("spec"))
+    """Whether the stored template's spec says exactly what ``wanted`` says."""
+    return template_difference(stored, wanted) is None
 
 
-def _covers(wanted: object, stored: object) -> bool:
-    if isinstance(wanted, Mapping):
-        return isinstance(stored, Mapping) and all(
-            key in stored and _covers(value, stored[key]) for key, value in wanted.items()
-        )
-    if isinstance(wanted, list):
-        return (
-            isinstance(stored, list)
-            and len(stored) == len(wanted)
-            and all(_covers(a, b) for a, b in zip(wanted, stored, strict=True))
-        )
-    if wanted == stored:
+def template_difference(stored: Mapping[str, Any], wanted: Mapping[str, Any]) -> str | None:
+    """The first field where the stored template's ``spec`` says something ``wanted`` does not,
+    in words (``spec.spec.devices.requests[0].exactly.selectors is [...] there, vslice writes
+    none``); None when they agree.
+
+    Two differences are not differences: the API server writes quantities in canonical form
+    (8192Mi comes back as 8Gi), and it may add a field with its empty value (``adminAccess:
+    false``, ``tolerations: []``). Any other field the stored spec has and ``wanted`` lacks is
+    one, since every field of a claim spec changes what the claim gets.
+    """
+    return _difference(wanted.get("spec"), stored.get("spec"), "spec")
+
+
+_NEUTRAL: tuple[object, ...] = (None, False, "", [], {})
+"""Values an added field may have and change nothing: what the API server defaults to."""
+
+
+def _difference(wanted: object, stored: object, at: str) -> str | None:
+    if isinstance(wanted, Mapping) and isinstance(stored, Mapping):
+        for key, value in wanted.items():
+            if key not in stored:
+                return f"{at}.{key} is missing there, vslice writes {value!r}"
+            found = _difference(value, stored[key], f"{at}.{key}")
+            if found is not None:
+                return found
+        for key in stored.keys() - wanted.keys():
+            if not any(
+                stored[key] == neutral and type(stored[key]) is type(neutral)
+                for neutral in _NEUTRAL
+            ):
+                return f"{at}.{key} is {stored[key]!r} there, vslice writes none"
+        return None
+    if isinstance(wanted, list) and isinstance(stored, list):
+        if len(wanted) != len(stored):
+            return f"{at} has {len(stored)} entries there, vslice writes {len(wanted)}"
+        for index, (a, b) in enumerate(zip(wanted, stored, strict=True)):
+            found = _difference(a, b, f"{at}[{index}]")
+            if found is not None:
+                return found
+        return None
+    if _same_value(wanted, stored):
+        return None
+    return f"{at} is {stored!r} there, vslice writes {wanted!r}"
+
+
+def _same_value(wanted: object, stored: object) -> bool:
+    if type(wanted) is type(stored) and wanted == stored:
         return True
     if isinstance(wanted, str) and isinstance(stored, str):
         try:

@@ -36,7 +36,7 @@ from vslice_serving.settings import WebhookSettings, load_settings
 
 from vslice_control.quota import QuotaBook
 from vslice_control.webhook.claimpolicy import review_claim
-from vslice_control.webhook.draconvert import TemplateStore, ensure_template
+from vslice_control.webhook.draconvert import TemplateStore, ensure_template, store_for_callers
 from vslice_control.webhook.metrics import WebhookMetrics
 from vslice_control.webhook.policy import WebhookPolicy, review_pod
 from vslice_control.webhook.review import (
@@ -226,13 +226,16 @@ def serve(config_path: str | None = None) -> int:
     if settings.enforce_quota:
         cleanups.append(_watch_quotas(settings, quotas))
     labels = NamespaceLabels()
-    templates = _namespace_api(settings, labels, cleanups)
+    callers = client_auth(settings)
+    # Without client authentication anyone who reaches the port could make the webhook write
+    # ResourceClaimTemplates with its own identity: then it writes none (docs/security.md).
+    templates = store_for_callers(_namespace_api(settings, labels, cleanups), callers is not None)
     policy = policy_from(settings)
     service = HttpService(
         settings.listen_address,
         routes(WebhookMetrics(), policy, quotas.limits, labels.labels, templates),
         tls=tls,
-        client_auth=client_auth(settings),
+        client_auth=callers,
     )
     log.info(
         "serving",

@@ -13,6 +13,8 @@ namespace label keeps the webhook away, through the configuration's ``namespaceS
    then, for a pod that asks for a GPU, the normalization's rules), naming the field and
    the value; when it names a GPU resource that does not exist (``nvidia.com/gpumemory``);
    or when a container sets the shim's or the NVIDIA runtime's variables (``environment``);
+   or, for every pod, when two containers use one claim's slice from separate pid
+   namespaces (``claimsharing``; on the DRA path also counting the claim the conversion adds);
 3. untouched (but for step 1) when it asks for no GPU resource at all;
 4. denied when the GPU pod sets ``spec.nodeName`` (it would bypass the scheduler that
    accounts for slices), when it asks for a way around the shim (``escapes``: a privileged
@@ -42,7 +44,7 @@ from vslice_core.requests import limit_patch, normalize_gpu_pod
 from vslice_core.resources import DEFAULT_RESOURCE_NAMES, ResourceNames
 
 from vslice_control.quota import exceeded, request_totals
-from vslice_control.webhook import draconvert, environment, escapes
+from vslice_control.webhook import claimsharing, draconvert, environment, escapes
 from vslice_control.webhook.jsonpatch import PodPatch
 from vslice_control.webhook.podspec import Container, containers, every_container
 from vslice_control.webhook.review import AdmissionRequest, Verdict, reason_code
@@ -90,6 +92,9 @@ def review_pod(
     unknown = _unknown_gpu_resource(pod, policy.names)
     if unknown is not None:
         return Verdict.deny(unknown, code=400, reason=UNKNOWN_RESOURCE)
+    shared = claimsharing.refusal(pod)
+    if shared is not None:
+        return Verdict.deny(shared, code=400, reason=claimsharing.REASON)
     # Whether anything was stripped, as the reason of an admission that changes the pod.
     stripped = FORBIDDEN_ANNOTATION if warnings else ""
     if normalized is None:
@@ -156,6 +161,9 @@ def _dra(
     quota: QuotaLimits | None,
     warnings: list[str],
 ) -> Verdict:
+    shared = claimsharing.refusal(patch.pod, claimsharing.converted(patch.pod, gpu_containers))
+    if shared is not None:
+        return Verdict.deny(shared, code=400, reason=claimsharing.REASON)
     try:
         conversion = draconvert.convert(patch, pod_request, policy.names, request.namespace)
     except InvalidRequest as exc:

@@ -14,7 +14,10 @@ when the pod
   with a warning);
 - has a container that sets ``NVIDIA_VISIBLE_DEVICES`` in ``env``, or an ``envFrom`` whose
   ``prefix`` and ``NVIDIA_VISIBLE`` start one another (refused for a container without GPUs
-  unless the value is ``none`` or ``void``).
+  unless the value is ``none`` or ``void``);
+- does not set ``shareProcessNamespace: true`` and has two or more containers (init
+  containers included) that reference claims (``claimsharing``: refused when two of them use
+  one slice).
 
 The expression below is true exactly for those pods (a little more for the environment: every
 value of the variable and every such prefix, so the webhook decides). Every other pod, most CPU
@@ -53,6 +56,7 @@ from vslice_core.annotations import POD_STATE
 from vslice_core.dra import DRIVER
 from vslice_core.resources import DEFAULT_RESOURCE_NAMES, ResourceNames
 
+from vslice_control.webhook import claimsharing
 from vslice_control.webhook.environment import VISIBLE_DEVICES
 
 CONDITION_NAME = "asks-for-gpus-or-sets-what-vslice-checks"
@@ -93,6 +97,7 @@ def expression(names: ResourceNames = DEFAULT_RESOURCE_NAMES) -> str:
             f"object.spec.initContainers.exists(c, {container}))",
             f"(has(object.metadata.annotations) && "
             f"object.metadata.annotations.exists(k, k in {_cel_list(POD_STATE)}))",
+            f"({claimsharing.expression()})",
         ]
     )
 
