@@ -119,14 +119,15 @@ def blocker(pod: Mapping[str, Any], node: Mapping[str, Any] | None = None) -> Bl
 
 
 def scheduler_word(pod: Mapping[str, Any]) -> tuple[str, str] | None:
-    """kube-scheduler's reason and message while ``PodScheduled`` is False."""
+    """kube-scheduler's reason and message (on one line) while it has not scheduled the pod
+    (``PodScheduled`` not True)."""
     status = pod.get("status")
     conditions = status.get("conditions") if isinstance(status, Mapping) else None
     for condition in conditions if isinstance(conditions, list) else []:
         if (
             isinstance(condition, Mapping)
             and condition.get("type") == "PodScheduled"
-            and condition.get("status") == "False"
+            and condition.get("status") != "True"
         ):
             message = str(condition.get("message") or "")
             return str(condition.get("reason") or ""), one_line(message.strip())

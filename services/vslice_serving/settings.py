@@ -110,6 +110,20 @@ class ServiceSettings(BaseSettings):
 NODE_CLIENT_NAMES = ("vslice-prometheus", "vslice-admin")
 
 
+def tls_problem(cert_file: str | None, key_file: str | None, client_ca_file: str | None) -> None:
+    """ValueError when the TLS settings of one service do not go together."""
+    if client_ca_file and not cert_file:
+        raise ValueError(
+            f"client_ca_file {client_ca_file!r} needs tls_cert_file: client "
+            "certificates are only checked over HTTPS"
+        )
+    if bool(cert_file) != bool(key_file):
+        raise ValueError(
+            "tls_cert_file and tls_key_file go together, got "
+            f"tls_cert_file={cert_file!r}, tls_key_file={key_file!r}"
+        )
+
+
 class NodeTlsSettings(ServiceSettings):
     """HTTPS with client certificates for a node service's routes that name tenants' pods
     (docs/security.md): shared by the node agent and the monitor."""
@@ -134,16 +148,7 @@ class NodeTlsSettings(ServiceSettings):
 
     @model_validator(mode="after")
     def _client_auth_needs_tls(self) -> NodeTlsSettings:
-        if self.client_ca_file and not self.tls_cert_file:
-            raise ValueError(
-                f"client_ca_file {self.client_ca_file!r} needs tls_cert_file: client "
-                "certificates are only checked over HTTPS"
-            )
-        if bool(self.tls_cert_file) != bool(self.tls_key_file):
-            raise ValueError(
-                "tls_cert_file and tls_key_file go together, got "
-                f"tls_cert_file={self.tls_cert_file!r}, tls_key_file={self.tls_key_file!r}"
-            )
+        tls_problem(self.tls_cert_file, self.tls_key_file, self.client_ca_file)
         return self
 
 
@@ -252,16 +257,7 @@ class SchedulerSettings(ServiceSettings):
 
     @model_validator(mode="after")
     def _client_auth_needs_tls(self) -> SchedulerSettings:
-        if self.client_ca_file and not self.tls_cert_file:
-            raise ValueError(
-                f"client_ca_file {self.client_ca_file!r} needs tls_cert_file: client "
-                "certificates are only checked over HTTPS"
-            )
-        if bool(self.tls_cert_file) != bool(self.tls_key_file):
-            raise ValueError(
-                "tls_cert_file and tls_key_file go together, got "
-                f"tls_cert_file={self.tls_cert_file!r}, tls_key_file={self.tls_key_file!r}"
-            )
+        tls_problem(self.tls_cert_file, self.tls_key_file, self.client_ca_file)
         if self.lease_renew_seconds >= self.lease_seconds - LEASE_MARGIN_SECONDS:
             raise ValueError(
                 f"lease_renew_seconds must be below lease_seconds - {LEASE_MARGIN_SECONDS:g} "

@@ -39,7 +39,7 @@ from vslice_core.requests import pod_request, uses_gpus
 from vslice_core.resources import DEFAULT_RESOURCE_NAMES
 from vslice_core.whynot import WhyNot, describe_request
 
-from vslice import dra
+from vslice import dra, progress
 from vslice.commands.options import EXIT_OK, add_connection_arguments, connect, fail
 from vslice.commands.waiting import asks, decide, why_waiting
 from vslice.errors import ClusterError, InvalidRequest, VsliceError
@@ -123,18 +123,8 @@ class Answer:
 
 def scheduler_word(pod: Mapping[str, Any]) -> SchedulerWord | None:
     """kube-scheduler's last word on the pod, when it has not scheduled it."""
-    status = pod.get("status")
-    conditions = status.get("conditions") if isinstance(status, Mapping) else None
-    for condition in conditions if isinstance(conditions, list) else []:
-        if (
-            isinstance(condition, Mapping)
-            and condition.get("type") == "PodScheduled"
-            and condition.get("status") != "True"
-        ):
-            return SchedulerWord(
-                str(condition.get("reason") or ""), str(condition.get("message") or "")
-            )
-    return None
+    word = progress.scheduler_word(pod)
+    return SchedulerWord(*word) if word else None
 
 
 def _pod_key(pod: Mapping[str, Any]) -> tuple[str, str]:
