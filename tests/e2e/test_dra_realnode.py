@@ -154,25 +154,16 @@ def test_two_claims_share_one_gpu_and_together_never_exceed_it(
     assert third["status"]["phase"] == "Succeeded", real_node.logs(namespace, "third")
 
 
-def test_a_claim_larger_than_any_gpu_waits_with_the_schedulers_reason(
+def test_a_claim_larger_than_any_gpu_is_refused_at_creation_and_planned_with_the_reason(
     real_node: RealNode, namespace: str
 ) -> None:
-    template(real_node, namespace, "huge", memory="500Gi")
-    claim_pod(real_node, namespace, "huge", "huge", ["memory"])
-
-    def unschedulable(pod: dict[str, Any]) -> bool:
-        conditions = pod.get("status", {}).get("conditions") or []
-        return any(c.get("reason") == "Unschedulable" for c in conditions)
-
-    pod = real_node.wait(namespace, "huge", unschedulable, "Unschedulable", timeout=60)
-    message = next(c["message"] for c in pod["status"]["conditions"] if c["type"] == "PodScheduled")
-    assert "cannot allocate all claims" in message, message
-    assert not pod["spec"].get("nodeName")
-    # The scheduler says only that; vslice says why, with the numbers of the DRA path's GPUs.
-    top = vslice_cli(real_node, "top")
-    assert top.returncode == 0, top.stderr
-    line = next((x for x in top.stdout.splitlines() if f"{namespace}/huge" in x), "")
-    assert "asks 500 GiB per GPU" in line and "22.4 GiB" in line, top.stdout
+    # kube-scheduler would only say "cannot allocate all claims", for ever: the webhook refuses
+    # the template at creation, with the largest card the ResourceSlices list.
+    with pytest.raises(k8s.ApiException) as refused:
+        template(real_node, namespace, "huge", memory="500Gi")
+    assert refused.value.status == 400, refused.value.body
+    message = str(refused.value.body)
+    assert "512000Mi, more than any" in message and "the largest card" in message, message
     claim_doc = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",

@@ -607,7 +607,7 @@ VALUES = parse_values({"webhook": {"url": "https://127.0.0.1:8443/mutate", "ca_b
 def test_the_claims_configuration_calls_the_pods_webhook_and_leaves_out_the_same_namespaces() -> (
     None
 ):
-    (claims_hook,) = admission.claim_configuration(VALUES)["webhooks"]
+    (claims_hook, _allocations) = admission.claim_configuration(VALUES)["webhooks"]
     (pods_hook,) = admission.pod_configuration(VALUES)["webhooks"]
     assert claims_hook["name"] == "gpu-claims.vslice.io"
     assert claims_hook["clientConfig"] == pods_hook["clientConfig"]

@@ -10,6 +10,9 @@
   conditions). Validating, so it sees each object after every mutating webhook has run and
   never changes it. It calls the same endpoint as the pods' configuration: the webhook tells
   the kinds apart by the object, and its answer for a claim never carries a patch.
+  Its second webhook, ``gpu-claim-allocations.vslice.io``, sends kube-scheduler's writes of
+  ``resourceclaims/status`` that newly allocate a vslice device (``reach``'s allocation
+  condition), where the webhook holds the namespace's quota over all its allocated claims.
 
 Both leave out the same namespaces by name (vslice's own, and the operator's list), and both
 honour the one opt-out there is: the namespace label ``vslice.io/webhook: disabled``, which only
@@ -35,6 +38,9 @@ POD_WEBHOOK = "gpu-pods.vslice.io"
 CLAIM_CONFIGURATION = "vslice-claims"
 CLAIM_WEBHOOK = "gpu-claims.vslice.io"
 """The name the API server gives when it cannot call the webhook for a claim."""
+ALLOCATION_WEBHOOK = "gpu-claim-allocations.vslice.io"
+"""The name the API server gives when it cannot call the webhook for an allocation (the pod
+stays pending with it: with failurePolicy Fail nothing is allocated unchecked)."""
 
 
 def client_config(values: InstallValues) -> dict[str, Any]:
@@ -108,12 +114,27 @@ def pod_configuration(values: InstallValues) -> dict[str, Any]:
 
 
 def claim_configuration(values: InstallValues) -> dict[str, Any]:
-    """The claims' ValidatingWebhookConfiguration."""
-    hook = {
-        "name": CLAIM_WEBHOOK,
+    """The claims' ValidatingWebhookConfiguration: users' claims, then allocations."""
+    hooks = [
+        _claim_hook(values, CLAIM_WEBHOOK, reach.claim_rules(), reach.claim_match_conditions()),
+        _claim_hook(
+            values,
+            ALLOCATION_WEBHOOK,
+            reach.allocation_rules(),
+            reach.allocation_match_conditions(),
+        ),
+    ]
+    return _configuration("ValidatingWebhookConfiguration", CLAIM_CONFIGURATION, *hooks)
+
+
+def _claim_hook(
+    values: InstallValues, name: str, rules: list[dict[str, Any]], conditions: list[dict[str, str]]
+) -> dict[str, Any]:
+    return {
+        "name": name,
         "clientConfig": client_config(values),
-        "rules": reach.claim_rules(),
-        "matchConditions": reach.claim_match_conditions(),
+        "rules": rules,
+        "matchConditions": conditions,
         "failurePolicy": values.webhook.failure_policy,
         "matchPolicy": "Equivalent",
         "sideEffects": "None",
@@ -121,13 +142,12 @@ def claim_configuration(values: InstallValues) -> dict[str, Any]:
         "admissionReviewVersions": ["v1"],
         "namespaceSelector": _namespace_selector(values),
     }
-    return _configuration("ValidatingWebhookConfiguration", CLAIM_CONFIGURATION, hook)
 
 
-def _configuration(kind: str, name: str, hook: dict[str, Any]) -> dict[str, Any]:
+def _configuration(kind: str, name: str, *hooks: dict[str, Any]) -> dict[str, Any]:
     return {
         "apiVersion": ADMISSION_API,
         "kind": kind,
         "metadata": {"name": name, "labels": dict(PART_OF)},
-        "webhooks": [hook],
+        "webhooks": list(hooks),
     }

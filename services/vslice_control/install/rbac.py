@@ -95,6 +95,8 @@ def control_plane_role(values: InstallValues) -> dict[str, Any]:
             # The webhook's DRA path: the ResourceClaimTemplate a GPU pod references (created
             # before the pod is admitted; read back when one of that name exists).
             _rule(["resource.k8s.io"], ["resourceclaimtemplates"], ["create", "get"]),
+            # The webhook's quota on the DRA path: every allocated claim, and the cards' sizes.
+            _rule(["resource.k8s.io"], ["resourceclaims", "resourceslices"], _READ),
             _rule(["", "events.k8s.io"], ["events"], ["create", "patch"]),
             # Leader election (scheduler setting leader_election): the one Lease the replicas
             # share, created once and then only read and renewed.

@@ -2,12 +2,17 @@
 
 ``POST /mutate`` takes an AdmissionReview v1 and answers one (pods; and ResourceClaims and
 ResourceClaimTemplates, which the validating configuration sends to the same route: their
-answer never carries a patch); ``GET /healthz`` answers ok; ``GET /metrics`` counts the
-answers and their latency (``metrics``).
+answer never carries a patch; and kube-scheduler's writes of a vslice claim's allocation,
+checked against the namespace's quota by ``claimquota``); ``GET /healthz`` answers ok;
+``GET /metrics`` counts the answers and their latency (``metrics``).
 With ``client_ca_file``, ``/mutate`` answers only the API server's client certificate (403
 for anyone else); ``/healthz`` and ``/metrics`` stay open to probes and scrapers.
 A body that is not an AdmissionReview gets a 400 naming what is wrong (or, when it still
 carries a request uid, a review that denies with that message), never a crash.
+
+With ``enforce_quota`` the webhook keeps two more list+watches, of ResourceClaims (the
+allocated claims per namespace, ``claimquota.ClaimLedger``) and of vslice's ResourceSlices
+(each card's memory, ``claimquota.Cards``).
 
 The one side effect: a pod on the DRA path is admitted only once the ResourceClaimTemplate it
 references exists; the webhook creates it first, except on a dry run (the configuration says
@@ -35,6 +40,7 @@ from vslice_serving.httpserve import (
 from vslice_serving.settings import WebhookSettings, load_settings
 
 from vslice_control.quota import QuotaBook
+from vslice_control.webhook import claimquota
 from vslice_control.webhook.claimpolicy import review_claim
 from vslice_control.webhook.draconvert import TemplateStore, ensure_template, store_for_callers
 from vslice_control.webhook.metrics import WebhookMetrics
@@ -88,10 +94,12 @@ def handle_review(
     quotas: QuotaLookup,
     namespace_labels: LabelLookup = _no_labels,
     templates: TemplateStore | None = None,
+    claims: claimquota.ClaimLedger | None = None,
 ) -> Response:
     """One AdmissionReview in, one out: parse, decide (pure), create what the pod needs
-    (``templates``, not on a dry run), encode."""
-    return answer_review(body, policy, quotas, namespace_labels, templates).response
+    (``templates``, not on a dry run), encode. ``claims``: the allocated claims, without
+    which a claim's allocation is not counted against the quota."""
+    return answer_review(body, policy, quotas, namespace_labels, templates, claims).response
 
 
 def answer_review(
@@ -100,6 +108,7 @@ def answer_review(
     quotas: QuotaLookup,
     namespace_labels: LabelLookup = _no_labels,
     templates: TemplateStore | None = None,
+    claims: claimquota.ClaimLedger | None = None,
 ) -> Answer:
     """:func:`handle_review` with the result and reason the metrics count."""
     try:
@@ -113,7 +122,7 @@ def answer_review(
         denial = Verdict.deny(f"malformed request: {exc}", 400, reason=MALFORMED)
         return Answer.of(Response.json(encode_review(uid, denial)), denial)
     if isinstance(request, ClaimAdmission):
-        verdict = review_claim(request)
+        verdict = _review_claim(request, policy, quotas, claims)
         log.info(
             "admission",
             extra={
@@ -145,6 +154,20 @@ def answer_review(
     return Answer.of(Response.json(encode_review(request.uid, verdict)), verdict)
 
 
+def _review_claim(
+    request: ClaimAdmission,
+    policy: WebhookPolicy,
+    quotas: QuotaLookup,
+    claims: claimquota.ClaimLedger | None,
+) -> Verdict:
+    """A claim's allocation is counted in the ledger; anything else is a claim a user wrote."""
+    limits = quotas(request.namespace)
+    if claims is not None and claimquota.allocates(request):
+        return claimquota.review_allocation(request, claims, limits, policy.names)
+    cards = claims.cards.smallest_and_largest() if claims is not None else None
+    return review_claim(request, limits, cards, policy.names)
+
+
 def _created(verdict: Verdict, templates: TemplateStore | None) -> Verdict:
     """The verdict once the objects it needs exist; a denial saying why when they cannot."""
     if templates is None:
@@ -168,13 +191,14 @@ def routes(
     quotas: QuotaLookup,
     namespace_labels: LabelLookup = _no_labels,
     templates: TemplateStore | None = None,
+    claims: claimquota.ClaimLedger | None = None,
 ) -> dict[tuple[str, str], Handler]:
     """``POST /mutate``, counted and timed, and ``GET /metrics``."""
 
     def mutate(body: bytes) -> Response:
         started = time.perf_counter()
         try:
-            answer = answer_review(body, policy, quotas, namespace_labels, templates)
+            answer = answer_review(body, policy, quotas, namespace_labels, templates, claims)
         except Exception:
             # The server answers 500 and the API server applies the failurePolicy: counted
             # as refused, since this answer admitted nothing.
@@ -223,8 +247,11 @@ def serve(config_path: str | None = None) -> int:
     tls.current()  # fail at start, not at the first request, when the files are unusable
     quotas = QuotaBook(settings.resources)
     cleanups = []
+    claims = None
     if settings.enforce_quota:
         cleanups.append(_watch_quotas(settings, quotas))
+        claims = claimquota.ClaimLedger()
+        cleanups += _watch_claims(settings, claims)
     labels = NamespaceLabels()
     callers = client_auth(settings)
     # Without client authentication anyone who reaches the port could make the webhook write
@@ -233,7 +260,7 @@ def serve(config_path: str | None = None) -> int:
     policy = policy_from(settings)
     service = HttpService(
         settings.listen_address,
-        routes(WebhookMetrics(), policy, quotas.limits, labels.labels, templates),
+        routes(WebhookMetrics(), policy, quotas.limits, labels.labels, templates, claims),
         tls=tls,
         client_auth=callers,
     )
@@ -295,3 +322,24 @@ def _watch_quotas(settings: WebhookSettings, quotas: QuotaBook) -> Callable[[], 
     watch = ListWatch("resourcequotas", api.list_resource_quota_for_all_namespaces, quotas)
     watch.start()
     return watch.stop
+
+
+def _watch_claims(
+    settings: WebhookSettings, claims: claimquota.ClaimLedger
+) -> list[Callable[[], None]]:
+    """The allocated claims of every namespace, and the cards they are allocated on."""
+    from functools import partial
+
+    from vslice_core.dra import DRIVER
+    from vslice_kube.resourceapi import resource_api
+    from vslice_kube.watch import ListWatch
+
+    api = resource_api(settings.kubeconfig)
+    slices = partial(api.list_resource_slice, field_selector=f"spec.driver={DRIVER}")
+    watches = [
+        ListWatch("resourceclaims", api.list_resource_claim_for_all_namespaces, claims),
+        ListWatch("resourceslices", slices, claims.cards),
+    ]
+    for watch in watches:
+        watch.start()
+    return [watch.stop for watch in watches]

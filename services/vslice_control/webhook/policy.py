@@ -111,7 +111,7 @@ def review_pod(
     route = choose_path(request.namespace, namespace_labels, policy.path, policy.dra_namespaces)
     warnings += route.warnings
     if route.path == "dra":
-        verdict = _dra(request, policy, patch, normalized.request, gpu_containers, quota, warnings)
+        verdict = _dra(request, policy, patch, normalized.request, gpu_containers, warnings)
         if verdict.allowed:
             verdict = replace(verdict, reason=stripped or DRA)
         return verdict
@@ -158,7 +158,6 @@ def _dra(
     patch: PodPatch,
     pod_request: PodRequest,
     gpu_containers: set[tuple[bool, str]],
-    quota: QuotaLimits | None,
     warnings: list[str],
 ) -> Verdict:
     shared = claimsharing.refusal(patch.pod, claimsharing.converted(patch.pod, gpu_containers))
@@ -169,13 +168,8 @@ def _dra(
     except InvalidRequest as exc:
         return Verdict.deny(str(exc), code=400, reason=reason_code(exc.field))
     warnings += conversion.warnings
-    if quota is not None:
-        # The pod alone was checked above; the running total is the extender's, at bind time,
-        # and kube-scheduler's DRA allocator does not count it.
-        warnings.append(
-            f"namespace {request.namespace!r} GPU quota: on the DRA path only this pod alone "
-            "is checked against it, not what the namespace's other pods already use"
-        )
+    # The pod alone was checked above, as an early message; the namespace's running total is
+    # counted when kube-scheduler allocates the claims (webhook/claimquota.py).
     if policy.hide_gpus_from_other_containers:
         _hide_gpus(patch, gpu_containers)
     return Verdict(allowed=True, patch=patch.ops, warnings=warnings, objects=[conversion.template])

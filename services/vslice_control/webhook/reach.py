@@ -42,6 +42,16 @@ of the list must hold:
   and the claim controller, which must never wait for the webhook or the claim's deletion
   would hang while it is down).
 
+Claim allocations
+-----------------
+
+kube-scheduler allocates a claim by writing ``status.allocation`` (with the pod's reservation)
+in one UPDATE of ``resourceclaims/status``; a second webhook of the claims' configuration sends
+the webhook those writes (``claimquota.review_allocation``: the namespace's quota over every
+allocated claim), and only those that newly allocate a ``gpu.vslice.io`` device: the old
+object had no allocation and the new one has a result of that driver. Reservations of an
+already allocated claim, releases and deallocations never wait for the webhook.
+
 ``vslice_control.install.admission`` wraps these in the configurations that the lab, the
 Ansible role and ``vslice manifests`` install.
 """
@@ -62,6 +72,13 @@ from vslice_control.webhook.environment import VISIBLE_DEVICES
 CONDITION_NAME = "asks-for-gpus-or-sets-what-vslice-checks"
 CLAIM_CLASS_CONDITION = "asks-vslice-devices"
 CLAIM_SPEC_CONDITION = "creates-or-changes-the-spec"
+ALLOCATION_CONDITION = "newly-allocates-vslice-devices"
+ALLOCATION_EXPRESSION = (
+    "(oldObject == null || !has(oldObject.status) || !has(oldObject.status.allocation)) && "
+    "has(object.status) && has(object.status.allocation) && "
+    "has(object.status.allocation.devices) && has(object.status.allocation.devices.results) && "
+    f"object.status.allocation.devices.results.exists(r, r.driver == '{DRIVER}')"
+)
 CLAIM_SPEC_EXPRESSION = (
     "request.operation == 'CREATE' || oldObject == null || object.spec != oldObject.spec"
 )
@@ -168,3 +185,21 @@ def _asks_vslice(spec: str) -> str:
 
 def _ours(value: str) -> str:
     return f"({value} == '{DRIVER}' || {value}.endsWith('.{DRIVER}'))"
+
+
+def allocation_rules() -> list[dict[str, Any]]:
+    """The allocations' ``rules``: writes of v1 ResourceClaims' status."""
+    return [
+        {
+            "operations": ["UPDATE"],
+            "apiGroups": ["resource.k8s.io"],
+            "apiVersions": ["v1"],
+            "resources": ["resourceclaims/status"],
+            "scope": "Namespaced",
+        }
+    ]
+
+
+def allocation_match_conditions() -> list[dict[str, str]]:
+    """The allocations' ``matchConditions``: the write newly allocates a vslice device."""
+    return [{"name": ALLOCATION_CONDITION, "expression": ALLOCATION_EXPRESSION}]
