@@ -124,8 +124,10 @@ def test_a_claim_reserved_for_one_pod_is_refused_to_a_second_until_the_first_end
     reserved = json.loads(stored.data)["status"]["reservedFor"]
     assert [r["name"] for r in reserved] == ["first"], reserved
     # Once the first pod is gone its reservation goes with it, and kube-scheduler's retry of
-    # the second one gets through.
-    real_node.lab.core.delete_namespaced_pod("first", namespace, grace_period_seconds=0)
+    # the second one gets through. A grace period, not 0: with 0 the pod object goes at once,
+    # the second pod can land while the kubelet still unprepares the claim for the first, and
+    # the kubelet then fails the second's container ("unable to get claim info").
+    real_node.lab.core.delete_namespaced_pod("first", namespace, grace_period_seconds=1)
     real_node.wait(namespace, "second", running, "Running", timeout=120)
 
 

@@ -80,6 +80,23 @@ def refusal(pod: dict[str, Any]) -> str:
     return ""
 
 
+def events_of(lab: LabHandle, namespace: str, name: str) -> list[str]:
+    response: Any = lab.core.list_namespaced_event(
+        namespace, field_selector=f"involvedObject.name={name}", _preload_content=False
+    )
+    return [str(e.get("message")) for e in json.loads(response.data)["items"]]
+
+
+def refusal_event(lab: LabHandle, namespace: str, name: str) -> str:
+    response: Any = lab.core.list_namespaced_event(
+        namespace, field_selector=f"involvedObject.name={name}", _preload_content=False
+    )
+    for event in json.loads(response.data)["items"]:
+        if REFUSED in (event.get("message") or ""):
+            return str(event["message"])
+    return ""
+
+
 def allocated_mib(lab: LabHandle, namespace: str) -> list[int]:
     response: Any = resource(lab).list_namespaced_resource_claim(namespace, _preload_content=False)
     found = []
@@ -122,9 +139,17 @@ def test_of_ten_1024_mib_claims_at_once_a_3072_mib_quota_lets_three_be_allocated
     waiting = [p for p in listed if not p["spec"].get("nodeName")]
     assert len(bound) == 3, [p["metadata"]["name"] for p in bound]
     assert allocated_mib(services, namespace) == [1024, 1024, 1024]
-    for pod in waiting:
-        message = refusal(pod)
-        assert "gpu-claim-allocations.vslice.io" in message, pod["status"]
+    # Each waiting pod was either refused by the allocation check (its condition, or its
+    # FailedScheduling events once a retry replaced the condition) or found no device with a
+    # free slot left by kube-scheduler's own count (the card's slices), never bound.
+    refused = [
+        refusal(pod) or refusal_event(services, namespace, pod["metadata"]["name"])
+        for pod in waiting
+    ]
+    said = [message for message in refused if message]
+    assert said, [events_of(services, namespace, p["metadata"]["name"]) for p in waiting]
+    for message in said:
+        assert "gpu-claim-allocations.vslice.io" in message, message
         assert "gives it 1024 MiB of GPU memory" in message, message
         assert "already hold 3072: 4096 in all" in message, message
 
