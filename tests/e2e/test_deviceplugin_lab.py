@@ -95,7 +95,14 @@ def test_allocate_finds_the_pod_through_the_api_server_and_records_delivery(
     assert answer.envs["NVIDIA_VISIBLE_DEVICES"] == GPU
     assert answer.envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "4096m"
     assert answer.envs["CUDA_DEVICE_SM_LIMIT"] == "25"
+    # The delivered record is written after the answer, off the kubelet's path (a background
+    # writer, docs/device-plugin.md): wait for it rather than read it at once.
+    deadline = time.monotonic() + 20
     pod = lab.read_pod(namespace, "sliced")
+    while ann.DELIVERED not in (pod["metadata"].get("annotations") or {}):
+        assert time.monotonic() < deadline, pod["metadata"].get("annotations")
+        time.sleep(0.2)
+        pod = lab.read_pod(namespace, "sliced")
     uid = pod["metadata"]["uid"]
     assert answer.envs["CUDA_DEVICE_MEMORY_SHARED_CACHE"] == f"/run/vslice/{uid}/main/vslice.cache"
     delivered = ann.decode_delivered(pod["metadata"]["annotations"][ann.DELIVERED])
