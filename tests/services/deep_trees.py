@@ -3,7 +3,7 @@ its own region directory, and their removal when a test is done.
 
 Such a nest left in a test's tmp_path breaks the whole run: pytest removes old base
 directories with ``shutil.rmtree``, which recurses once per level, and its RecursionError at
-session end fails every later run on the machine. So the nest is always removed here, by
+the end of a run fails every later run on the machine. So the nest is always removed here, by
 ``rm -rf`` (which does not recurse on the stack), whether the code under test removed it or not.
 """
 
