@@ -14,11 +14,11 @@ import json
 from typing import Any
 
 import pytest
+from dra_claims import claim_spec
 from kubernetes import client as k8s
 from realnode_pods import RealNode, running
 from vslice_build.images import SMOKE_IMAGE
 from vslice_control.install.claimreservation import POLICY_NAME
-from vslice_core.dra import DEVICE_CLASS
 
 pytestmark = pytest.mark.timeout(300)
 CLAIM = "gpu"
@@ -27,15 +27,6 @@ SLEEP = ["sh", "-c", "sleep 600"]
 
 def resource(node: RealNode) -> k8s.ResourceV1Api:
     return k8s.ResourceV1Api(node.lab.api)
-
-
-def claim_spec(memory: str) -> dict[str, Any]:
-    exactly = {
-        "deviceClassName": DEVICE_CLASS,
-        "count": 1,
-        "capacity": {"requests": {"memory": memory}},
-    }
-    return {"devices": {"requests": [{"name": "main", "exactly": exactly}]}}
 
 
 def claim(node: RealNode, namespace: str, name: str, memory: str) -> None:

@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 from conftest import LabHandle
+from dra_claims import claim_spec
 from kubernetes import client as k8s
-from vslice_core.dra import DEVICE_CLASS, DRIVER, MIB
+from vslice_core.dra import DRIVER, MIB
 from vslice_core.quantities import parse_quantity
 
 pytestmark = pytest.mark.timeout(300)
@@ -37,13 +38,6 @@ def gpu_quota(lab: LabHandle, namespace: str, mib: int) -> None:
     }
     lab.core.create_namespaced_resource_quota(namespace, quota, _preload_content=False)
     time.sleep(2)  # the webhook's quota watch
-
-
-def claim_spec(memory: str | None) -> dict[str, Any]:
-    exactly: dict[str, Any] = {"deviceClassName": DEVICE_CLASS, "count": 1}
-    if memory is not None:
-        exactly["capacity"] = {"requests": {"memory": memory}}
-    return {"devices": {"requests": [{"name": "main", "exactly": exactly}]}}
 
 
 def claim_pod(lab: LabHandle, namespace: str, name: str, template: str) -> None:
@@ -88,13 +82,7 @@ def events_of(lab: LabHandle, namespace: str, name: str) -> list[str]:
 
 
 def refusal_event(lab: LabHandle, namespace: str, name: str) -> str:
-    response: Any = lab.core.list_namespaced_event(
-        namespace, field_selector=f"involvedObject.name={name}", _preload_content=False
-    )
-    for event in json.loads(response.data)["items"]:
-        if REFUSED in (event.get("message") or ""):
-            return str(event["message"])
-    return ""
+    return next((m for m in events_of(lab, namespace, name) if REFUSED in m), "")
 
 
 def allocated_mib(lab: LabHandle, namespace: str) -> list[int]:

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import vslice
+from dra_claims import claim_spec
 from kubernetes import client as k8s
 from realnode_pods import RealNode, finished, parse_smoke, running
 from vslice_build.images import SMOKE_IMAGE
@@ -43,19 +44,11 @@ def resource(node: RealNode) -> k8s.ResourceV1Api:
 def template(
     node: RealNode, namespace: str, name: str, *, memory: str | None, cores: int | None = None
 ) -> None:
-    capacity: dict[str, str] = {}
-    if memory is not None:
-        capacity["memory"] = memory
-    if cores is not None:
-        capacity["cores"] = str(cores)
-    exactly: dict[str, Any] = {"deviceClassName": DEVICE_CLASS, "count": 1}
-    if capacity:
-        exactly["capacity"] = {"requests": capacity}
     body = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",
         "metadata": {"name": name},
-        "spec": {"spec": {"devices": {"requests": [{"name": "main", "exactly": exactly}]}}},
+        "spec": {"spec": claim_spec(memory, cores)},
     }
     resource(node).create_namespaced_resource_claim_template(
         namespace, body, _preload_content=False

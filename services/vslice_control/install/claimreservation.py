@@ -28,11 +28,12 @@ from typing import Any
 
 from vslice_core.dra import DRIVER
 
+from vslice_control.install import statepolicy
 from vslice_control.install.namespaces import PART_OF
+from vslice_control.install.statepolicy import ADMISSION_API
 from vslice_control.install.values import InstallValues
 
 POLICY_NAME = "vslice-claim-serves-one-pod"
-ADMISSION_API = "admissionregistration.k8s.io/v1"
 
 ALLOCATED_VSLICE = (
     "has(object.status) && has(object.status.allocation) && "
@@ -65,7 +66,7 @@ MESSAGE = (
 def objects(values: InstallValues) -> list[dict[str, Any]]:
     """The policy, then its binding. Installed on every cluster: where no claim is ever
     allocated vslice's devices the policy never refuses anything."""
-    return [policy(), binding()]
+    return [policy(), statepolicy.binding(POLICY_NAME)]
 
 
 def policy() -> dict[str, Any]:
@@ -97,13 +98,4 @@ def policy() -> dict[str, Any]:
                 {"expression": EXPRESSION, "reason": "Forbidden", "messageExpression": MESSAGE}
             ],
         },
-    }
-
-
-def binding() -> dict[str, Any]:
-    return {
-        "apiVersion": ADMISSION_API,
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": POLICY_NAME, "labels": dict(PART_OF)},
-        "spec": {"policyName": POLICY_NAME, "validationActions": ["Deny"]},
     }

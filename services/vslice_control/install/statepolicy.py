@@ -115,10 +115,11 @@ def policy(users: Sequence[str], groups: Sequence[str], excluded: Sequence[str])
     }
 
 
-def binding() -> dict[str, Any]:
+def binding(name: str = POLICY_NAME) -> dict[str, Any]:
+    """The binding that makes the policy ``name`` refuse (every vslice policy is bound so)."""
     return {
         "apiVersion": ADMISSION_API,
         "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": POLICY_NAME, "labels": dict(PART_OF)},
-        "spec": {"policyName": POLICY_NAME, "validationActions": ["Deny"]},
+        "metadata": {"name": name, "labels": dict(PART_OF)},
+        "spec": {"policyName": name, "validationActions": ["Deny"]},
     }

@@ -1,0 +1,20 @@
+"""The spec of a claim on vslice's device class, as the DRA lab tests write them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vslice_core.dra import DEVICE_CLASS
+
+
+def claim_spec(memory: str | None, cores: int | None = None) -> dict[str, Any]:
+    """One request, ``main``, of one device; no memory asked means the whole card."""
+    capacity: dict[str, str] = {}
+    if memory is not None:
+        capacity["memory"] = memory
+    if cores is not None:
+        capacity["cores"] = str(cores)
+    exactly: dict[str, Any] = {"deviceClassName": DEVICE_CLASS, "count": 1}
+    if capacity:
+        exactly["capacity"] = {"requests": capacity}
+    return {"devices": {"requests": [{"name": "main", "exactly": exactly}]}}
