@@ -146,12 +146,22 @@ def _record(namespace: str, allocation: Allocation) -> _Record:
         charges=taken,
         exclusive=frozenset(g.uuid for g in grants if g.cores >= 100),
         zero_cores=frozenset(g.uuid for g in grants if g.cores == 0),
-        totals=(
-            sum(u.memory_mib for u in taken.values()),
-            sum(u.cores for u in taken.values()),
-            sum(u.slots for u in taken.values()),
-        ),
+        totals=_totals(taken),
     )
+
+
+def _totals(taken: Mapping[str, GpuUsage]) -> tuple[int, int, int]:
+    return (
+        sum(u.memory_mib for u in taken.values()),
+        sum(u.cores for u in taken.values()),
+        sum(u.slots for u in taken.values()),
+    )
+
+
+def allocation_totals(allocation: Allocation) -> QuotaUsage:
+    """What an allocation counts against its namespace's quota (the bind's own count)."""
+    memory, cores, slices = _totals(charges(allocation))
+    return QuotaUsage(memory_mib=memory, cores=cores, gpus=slices)
 
 
 class Ledger:

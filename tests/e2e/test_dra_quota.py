@@ -74,6 +74,14 @@ def refusal(pod: dict[str, Any]) -> str:
     return ""
 
 
+def unschedulable(pod: dict[str, Any]) -> bool:
+    """kube-scheduler has tried the pod and left it pending (for whatever reason)."""
+    return any(
+        c["type"] == "PodScheduled" and c["status"] == "False"
+        for c in pod.get("status", {}).get("conditions") or []
+    )
+
+
 def events_of(lab: LabHandle, namespace: str, name: str) -> list[str]:
     response: Any = lab.core.list_namespaced_event(
         namespace, field_selector=f"involvedObject.name={name}", _preload_content=False
@@ -117,8 +125,8 @@ def test_of_ten_1024_mib_claims_at_once_a_3072_mib_quota_lets_three_be_allocated
     while True:
         listed = pods(services, namespace)
         bound = [p for p in listed if p["spec"].get("nodeName")]
-        waiting = [p for p in listed if not p["spec"].get("nodeName") and refusal(p)]
-        if len(bound) + len(waiting) == 10 or time.monotonic() > deadline:
+        tried = [p for p in listed if not p["spec"].get("nodeName") and unschedulable(p)]
+        if len(bound) + len(tried) == 10 or time.monotonic() > deadline:
             break
         time.sleep(0.5)
     time.sleep(3)  # kube-scheduler keeps retrying the others: nothing more may get through
@@ -159,3 +167,63 @@ def test_a_claim_without_a_memory_request_in_a_2048_mib_namespace_is_refused_at_
     assert f"ResourceClaim {namespace}/whole: spec.devices.requests ask at least" in message
     assert "takes a whole card, and the smallest the cluster lists has" in message, message
     assert "(ResourceQuota requests.nvidia.com/gpumem = 2048); ask at most 2048Mi" in message
+
+
+def test_a_namespace_using_both_paths_is_held_to_one_quota(
+    services: LabHandle, namespace: str
+) -> None:
+    """An extender-path pod counts against a claim's allocation, and an allocated claim against
+    the extender's bind (before, each path counted only its own against the whole quota)."""
+    gpu_quota(services, namespace, 3072)
+    for name, size in (("two-gib", "2048Mi"), ("one-gib", "1024Mi")):
+        template: Any = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name},
+            "spec": {"spec": claim_spec(size)},
+        }
+        resource(services).create_namespaced_resource_claim_template(
+            namespace, template, _preload_content=False
+        )
+    services.create_pod(
+        namespace, "notebook", limits={"nvidia.com/gpu": "1", "nvidia.com/gpumem": "2048"}
+    )
+    services.wait_for_pod(
+        namespace, "notebook", lambda p: bool(p["spec"].get("nodeName")), what="bound"
+    )
+    time.sleep(2)  # the webhook's pod watch
+
+    claim_pod(services, namespace, "training", "two-gib")
+    both = (
+        f"the pods of namespace {namespace!r} on the extender path already hold 2048: 4096 in all"
+    )
+
+    def refused(pod: dict[str, Any]) -> bool:
+        conditions = pod.get("status", {}).get("conditions") or []
+        said = [c.get("message") or "" for c in conditions if c["type"] == "PodScheduled"]
+        said += events_of(services, namespace, "training")
+        return any(both in message for message in said)
+
+    pod = services.wait_for_pod(namespace, "training", refused, what="refused for quota")
+    assert not pod["spec"].get("nodeName")
+    services.core.delete_namespaced_pod("training", namespace, _preload_content=False)
+
+    claim_pod(services, namespace, "small", "one-gib")
+    services.wait_for_pod(
+        namespace, "small", lambda p: bool(p["spec"].get("nodeName")), what="bound"
+    )
+    assert allocated_mib(services, namespace) == [1024]
+    time.sleep(2)  # the extender's claim watch
+
+    services.create_pod(
+        namespace, "second", limits={"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1024"}
+    )
+
+    def over_quota(pod: dict[str, Any]) -> bool:
+        return any(
+            "quota_exceeded" in (c.get("message") or "")
+            for c in pod["status"].get("conditions") or []
+        )
+
+    pod = services.wait_for_pod(namespace, "second", over_quota, what="refused for quota")
+    assert not pod["spec"].get("nodeName")

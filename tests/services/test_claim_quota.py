@@ -1,6 +1,6 @@
-"""The namespace quota over allocated DRA claims (``vslice_control.webhook.claimquota``): what a
-claim counts, the ledger the watches keep, and the one check-and-record step the webhook runs
-for each allocation kube-scheduler writes."""
+"""The namespace quota over allocated DRA claims (``vslice_control.quota.claims``,
+``vslice_control.webhook.claimquota``): what a claim counts, the ledger the watches keep, and
+the one check-and-record step the webhook runs for each allocation kube-scheduler writes."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
+from vslice_control.quota.claims import Cards, ClaimLedger, claim_charge
 from vslice_control.webhook import claimquota
-from vslice_control.webhook.claimquota import Cards, ClaimLedger, claim_charge
 from vslice_control.webhook.review import ClaimAdmission
 from vslice_core.dra import DEVICE_CLASS, DRIVER
 from vslice_core.dra.devices import resource_slice
@@ -187,7 +187,8 @@ def test_without_a_quota_every_allocation_is_admitted_and_still_counted() -> Non
 def test_with_a_quota_allocations_wait_until_the_claims_have_been_listed() -> None:
     book = ClaimLedger(cards=cards())
     refused = claimquota.review_allocation(allocation(slice_of(1024, "a")), book, QUOTA)
-    assert not refused.allowed and "has not listed its ResourceClaims yet" in refused.message
+    assert not refused.allowed
+    assert "has not listed its ResourceClaims and pods yet" in refused.message
     assert claimquota.review_allocation(allocation(slice_of(1024, "a")), book, None).allowed
 
 

@@ -20,7 +20,7 @@ from vslice_control.extender.holds import Holds
 from vslice_control.extender.main import routes
 from vslice_control.extender.metrics import ExtenderMetrics
 from vslice_control.extender.verbs import Extender
-from vslice_control.quota import QuotaBook
+from vslice_control.quota.limits import QuotaBook
 from vslice_core.annotations import ALLOCATION, NODE_GPUS, encode_allocation, encode_node_gpus
 from vslice_core.ledger import Ledger
 from vslice_core.model import (

@@ -6,7 +6,7 @@ import logging
 from typing import Any
 
 import pytest
-from vslice_control.quota import QuotaBook, exceeded, limits_from_quotas, request_totals
+from vslice_control.quota.limits import QuotaBook, exceeded, limits_from_quotas, request_totals
 from vslice_core.model import NamespaceQuota, QuotaLimits
 from vslice_core.requests import pod_request
 from vslice_core.resources import DEFAULT_RESOURCE_NAMES, ResourceNames

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from served import Reply, apply_patch, call, client_context, running, serving_pair
-from vslice_control.quota import QuotaBook
+from vslice_control.quota.limits import QuotaBook
 from vslice_control.webhook.jsonpatch import pointer
 from vslice_control.webhook.main import MUTATE_PATH, handle_review
 from vslice_control.webhook.policy import WebhookPolicy

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from served import call, client_context, running, serving_pair
 from test_claim_quota import CARD_MIB, cards, slice_of
-from vslice_control.webhook.claimquota import ClaimLedger
+from vslice_control.quota.claims import ClaimLedger
 from vslice_control.webhook.main import handle_review, routes
 from vslice_control.webhook.metrics import WebhookMetrics
 from vslice_control.webhook.policy import WebhookPolicy

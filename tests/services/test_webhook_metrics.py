@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from served import call, client_context, running, serving_pair
 from test_webhook_dra import FakeTemplates, resource_claim
 from vslice_control.extender.metrics import BUCKETS as EXTENDER_BUCKETS
-from vslice_control.quota import QuotaBook
+from vslice_control.quota.limits import QuotaBook
 from vslice_control.webhook.main import MUTATE_PATH, client_auth, routes
 from vslice_control.webhook.metrics import BUCKETS, WebhookMetrics
 from vslice_control.webhook.policy import WebhookPolicy

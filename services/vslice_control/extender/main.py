@@ -8,9 +8,11 @@ refused GPUs, unproven allocations). With ``client_ca_file`` the three verbs ans
 client certificate whose CN is in ``client_names`` (kube-scheduler's); the GET routes stay
 open to probes and scrapers.
 
-Start-up: three list+watch threads (nodes, pods, resource quotas) fill the ledger from the
-annotations; filter and bind answer "retry" until all three have listed once, so a restarted
-extender never decides on a half-loaded ledger.
+Start-up: five list+watch threads fill the ledger: nodes, pods (from the annotations),
+resource quotas, and ResourceClaims with vslice's ResourceSlices (what the namespace's DRA
+claims hold counts against its quota as the claims' own check counts its pods:
+``quota.limits.QuotaTotals``). Filter and bind answer "retry" until all have listed once, so a
+restarted extender never decides on a half-loaded ledger.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from vslice_kube.events import EventRecorder, Subject
 from vslice_kube.lease import LeaderLease, LeaseTiming
 from vslice_kube.nodelock import Held, NodeLocker
 from vslice_kube.nodestate import NodeState
+from vslice_kube.resourceapi import claim_watches
 from vslice_kube.watch import ListWatch
 from vslice_serving.httpserve import (
     ClientAuth,
@@ -57,7 +60,8 @@ from vslice_control.extender.protocol import (
 )
 from vslice_control.extender.trust import Proofs, Reports
 from vslice_control.extender.verbs import Extender
-from vslice_control.quota import QuotaBook
+from vslice_control.quota.claims import ClaimLedger
+from vslice_control.quota.limits import QuotaBook, QuotaTotals
 
 _Args = TypeVar("_Args")
 log = logging.getLogger("vslice.extender")
@@ -278,6 +282,8 @@ def serve(config_path: str | None = None) -> int:
     node_feed = NodeFeed(ledger, reports)
     metrics.count_refused(node_feed.refused)
     pod_feed = PodFeed(ledger, holds, proofs, reports)
+    totals = QuotaTotals(ledger.set_quota)
+    claims = ClaimLedger(on_change=totals.claims_changed)
     metrics.name_pods(pod_feed.names)
     watches = [
         ListWatch("nodes", api.list_node, node_feed, resync_seconds=resync),
@@ -285,9 +291,10 @@ def serve(config_path: str | None = None) -> int:
         ListWatch(
             "resourcequotas",
             api.list_resource_quota_for_all_namespaces,
-            QuotaBook(settings.resources, ledger.set_quota),
+            QuotaBook(settings.resources, totals.limits_changed),
             resync_seconds=resync,
         ),
+        *claim_watches(settings.kubeconfig, claims, claims.cards, resync_seconds=resync),
     ]
 
     def synced() -> bool:

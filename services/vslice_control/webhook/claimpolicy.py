@@ -35,7 +35,7 @@ from vslice_core.model import QuotaLimits, QuotaUsage
 from vslice_core.quantities import parse_quantity
 from vslice_core.resources import DEFAULT_RESOURCE_NAMES, ResourceNames
 
-from vslice_control.quota import exceeded
+from vslice_control.quota.limits import exceeded
 from vslice_control.webhook.review import ClaimAdmission, Verdict
 
 CLAIM = "claim"

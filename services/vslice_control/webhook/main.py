@@ -10,9 +10,10 @@ for anyone else); ``/healthz`` and ``/metrics`` stay open to probes and scrapers
 A body that is not an AdmissionReview gets a 400 naming what is wrong (or, when it still
 carries a request uid, a review that denies with that message), never a crash.
 
-With ``enforce_quota`` the webhook keeps two more list+watches, of ResourceClaims (the
-allocated claims per namespace, ``claimquota.ClaimLedger``) and of vslice's ResourceSlices
-(each card's memory, ``claimquota.Cards``).
+With ``enforce_quota`` the webhook keeps three more list+watches, of ResourceClaims (the
+allocated claims per namespace, ``quota.claims.ClaimLedger``), of vslice's ResourceSlices
+(each card's memory, ``quota.claims.Cards``) and of pods (what the namespace's
+extender-path pods hold, ``quota.pods.PodUsage``, counted with its claims).
 
 The one side effect: a pod on the DRA path is admitted only once the ResourceClaimTemplate it
 references exists; the webhook creates it first, except on a dry run (the configuration says
@@ -25,6 +26,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 
 from vslice_core.errors import ClusterError, InvalidRequest
 from vslice_core.model import QuotaLimits
@@ -39,7 +41,9 @@ from vslice_serving.httpserve import (
 )
 from vslice_serving.settings import WebhookSettings, load_settings
 
-from vslice_control.quota import QuotaBook
+from vslice_control.quota.claims import ClaimLedger
+from vslice_control.quota.limits import QuotaBook
+from vslice_control.quota.pods import PodUsage
 from vslice_control.webhook import claimquota
 from vslice_control.webhook.claimpolicy import review_claim
 from vslice_control.webhook.draconvert import TemplateStore, ensure_template, store_for_callers
@@ -61,6 +65,8 @@ MUTATE_PATH = "/mutate"
 QuotaLookup = Callable[[str], QuotaLimits | None]
 LabelLookup = Callable[[str], Mapping[str, str] | None]
 NAMESPACE_SYNC_WAIT_S = 10.0
+BOUND = "spec.nodeName!="
+"""The pods the quota counts are bound ones: a large cluster's pending pods are never sent."""
 
 
 def _no_labels(namespace: str) -> Mapping[str, str] | None:
@@ -94,7 +100,7 @@ def handle_review(
     quotas: QuotaLookup,
     namespace_labels: LabelLookup = _no_labels,
     templates: TemplateStore | None = None,
-    claims: claimquota.ClaimLedger | None = None,
+    claims: ClaimLedger | None = None,
 ) -> Response:
     """One AdmissionReview in, one out: parse, decide (pure), create what the pod needs
     (``templates``, not on a dry run), encode. ``claims``: the allocated claims, without
@@ -108,7 +114,7 @@ def answer_review(
     quotas: QuotaLookup,
     namespace_labels: LabelLookup = _no_labels,
     templates: TemplateStore | None = None,
-    claims: claimquota.ClaimLedger | None = None,
+    claims: ClaimLedger | None = None,
 ) -> Answer:
     """:func:`handle_review` with the result and reason the metrics count."""
     try:
@@ -158,7 +164,7 @@ def _review_claim(
     request: ClaimAdmission,
     policy: WebhookPolicy,
     quotas: QuotaLookup,
-    claims: claimquota.ClaimLedger | None,
+    claims: ClaimLedger | None,
 ) -> Verdict:
     """A claim's allocation is counted in the ledger; anything else is a claim a user wrote."""
     limits = quotas(request.namespace)
@@ -191,7 +197,7 @@ def routes(
     quotas: QuotaLookup,
     namespace_labels: LabelLookup = _no_labels,
     templates: TemplateStore | None = None,
-    claims: claimquota.ClaimLedger | None = None,
+    claims: ClaimLedger | None = None,
 ) -> dict[tuple[str, str], Handler]:
     """``POST /mutate``, counted and timed, and ``GET /metrics``."""
 
@@ -250,8 +256,9 @@ def serve(config_path: str | None = None) -> int:
     claims = None
     if settings.enforce_quota:
         cleanups.append(_watch_quotas(settings, quotas))
-        claims = claimquota.ClaimLedger()
-        cleanups += _watch_claims(settings, claims)
+        pods = PodUsage()
+        claims = ClaimLedger(others=pods)
+        cleanups += _watch_claims(settings, claims, pods)
     labels = NamespaceLabels()
     callers = client_auth(settings)
     # Without client authentication anyone who reaches the port could make the webhook write
@@ -325,20 +332,18 @@ def _watch_quotas(settings: WebhookSettings, quotas: QuotaBook) -> Callable[[], 
 
 
 def _watch_claims(
-    settings: WebhookSettings, claims: claimquota.ClaimLedger
+    settings: WebhookSettings, claims: ClaimLedger, pods: PodUsage
 ) -> list[Callable[[], None]]:
-    """The allocated claims of every namespace, and the cards they are allocated on."""
-    from functools import partial
-
-    from vslice_core.dra import DRIVER
-    from vslice_kube.resourceapi import resource_api
+    """The allocated claims of every namespace, the cards they are allocated on, and the
+    extender-path pods counted with them."""
+    from vslice_kube.coreapi import core_api
+    from vslice_kube.resourceapi import claim_watches
     from vslice_kube.watch import ListWatch
 
-    api = resource_api(settings.kubeconfig)
-    slices = partial(api.list_resource_slice, field_selector=f"spec.driver={DRIVER}")
+    bound = partial(core_api(settings.kubeconfig).list_pod_for_all_namespaces, field_selector=BOUND)
     watches = [
-        ListWatch("resourceclaims", api.list_resource_claim_for_all_namespaces, claims),
-        ListWatch("resourceslices", slices, claims.cards),
+        *claim_watches(settings.kubeconfig, claims, claims.cards),
+        ListWatch("pods", bound, pods),
     ]
     for watch in watches:
         watch.start()

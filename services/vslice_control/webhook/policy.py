@@ -43,7 +43,7 @@ from vslice_core.model import PodRequest, QuotaLimits
 from vslice_core.requests import limit_patch, normalize_gpu_pod
 from vslice_core.resources import DEFAULT_RESOURCE_NAMES, ResourceNames
 
-from vslice_control.quota import exceeded, request_totals
+from vslice_control.quota.limits import exceeded, request_totals
 from vslice_control.webhook import claimsharing, draconvert, environment, escapes
 from vslice_control.webhook.jsonpatch import PodPatch
 from vslice_control.webhook.podspec import Container, containers, every_container

@@ -12,7 +12,7 @@ carries a warning naming the label and the value, so a typo is seen at the next 
 apply`` instead of silently changing how pods are scheduled.
 
 :class:`NamespaceLabels` is the list+watch handler that keeps the labels current (the same
-shape as :class:`vslice_control.quota.QuotaBook`); it holds no client, the watch feeds it.
+shape as :class:`vslice_control.quota.limits.QuotaBook`); it holds no client, the watch feeds it.
 """
 
 from __future__ import annotations

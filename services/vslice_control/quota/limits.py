@@ -82,6 +82,12 @@ def request_totals(request: PodRequest) -> QuotaUsage:
     return QuotaUsage(memory_mib=peak[0], cores=peak[1], gpus=peak[2])
 
 
+def add_usage(a: QuotaUsage, b: QuotaUsage) -> QuotaUsage:
+    return QuotaUsage(
+        memory_mib=a.memory_mib + b.memory_mib, cores=a.cores + b.cores, gpus=a.gpus + b.gpus
+    )
+
+
 def exceeded(totals: QuotaUsage, limits: QuotaLimits) -> list[tuple[str, int, int]]:
     """``(field, asked, limit)`` for every dimension where the pod alone exceeds the limit."""
     over = []
@@ -145,6 +151,48 @@ class QuotaBook:
             else:
                 self._limits[namespace] = limits
         self._on_change(namespace, NamespaceQuota(limits=limits) if limits else None)
+
+
+class QuotaTotals:
+    """The extender's quota per namespace: the limits (a :class:`QuotaBook`'s ``on_change``)
+    with what the namespace's DRA claims hold (a ``ClaimLedger``'s ``on_change``), booked
+    together in the ledger as :class:`NamespaceQuota` (``used``: usage outside the pods the
+    ledger records). So a bind counts the namespace's claims as the claims' allocation check
+    counts its pods, and the two paths share one quota.
+
+    ``set_quota`` is called under this object's lock, so the last call always carries the
+    newest limits and claims total (lock order: this lock, then the ledger's).
+    """
+
+    def __init__(self, set_quota: Callable[[str, NamespaceQuota | None], None]) -> None:
+        self._set_quota = set_quota
+        self._lock = threading.Lock()
+        self._quotas: dict[str, NamespaceQuota] = {}
+        self._claims: dict[str, QuotaUsage] = {}
+
+    def limits_changed(self, namespace: str, quota: NamespaceQuota | None) -> None:
+        with self._lock:
+            if quota is None:
+                self._quotas.pop(namespace, None)
+            else:
+                self._quotas[namespace] = quota
+            self._push(namespace)
+
+    def claims_changed(self, namespace: str, total: QuotaUsage) -> None:
+        with self._lock:
+            if total == QuotaUsage():
+                self._claims.pop(namespace, None)
+            else:
+                self._claims[namespace] = total
+            self._push(namespace)
+
+    def _push(self, namespace: str) -> None:
+        quota = self._quotas.get(namespace)
+        if quota is None:
+            self._set_quota(namespace, None)
+            return
+        used = add_usage(quota.used, self._claims.get(namespace, QuotaUsage()))
+        self._set_quota(namespace, NamespaceQuota(limits=quota.limits, used=used))
 
 
 def _namespace(obj: Mapping[str, Any]) -> str:
