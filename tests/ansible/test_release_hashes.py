@@ -22,7 +22,9 @@ DEPENDENCY = "tinydep-1.0-py3-none-any.whl"
 EXTRA = "extradep-1.0-py3-none-any.whl"
 
 
-def _wheel(path: Path, name: str, version: str, *, requires: str = "", script: bool = False) -> None:
+def _wheel(
+    path: Path, name: str, version: str, *, requires: str = "", script: bool = False
+) -> None:
     """A minimal wheel pip installs: one module, its metadata, optionally a console script."""
     module = name.replace("-", "_") + "_mod"
     info = f"{name}-{version}.dist-info"
@@ -32,7 +34,9 @@ def _wheel(path: Path, name: str, version: str, *, requires: str = "", script: b
             f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
             + (f"Requires-Dist: {requires}\n" if requires else "")
         ),
-        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{info}/WHEEL": (
+            "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        ),
     }
     if script:
         files[f"{info}/entry_points.txt"] = f"[console_scripts]\nvslice = {module}:main\n"
@@ -66,8 +70,7 @@ def _hashes(bundle: dict[str, Path]) -> dict[str, str]:
 def _install(tmp_path: Path, bundle: dict[str, Path], hashes: dict[str, str]) -> str:
     playbook = tmp_path / "release.yml"
     playbook.write_text(
-        "- hosts: localhost\n  connection: local\n  gather_facts: true\n"
-        "  roles: [vslice_release]\n"
+        "- hosts: localhost\n  connection: local\n  gather_facts: true\n  roles: [vslice_release]\n"
     )
     variables = tmp_path / "vars.json"
     variables.write_text(
