@@ -123,6 +123,12 @@ def node_files(tmp_path: Path) -> dict[str, object]:
 
 
 GOOD_CONTROL_PLANE: dict[str, object] = {"vslice_control_plane_apply_manifests": False}
+# A node's own TLS files, as an operator gives them instead of the control plane's.
+OWN_TLS: dict[str, object] = {
+    "vslice_node_tls_cert_file": "/etc/vslice/pki/node.crt",
+    "vslice_node_tls_key_file": "/etc/vslice/pki/node.key",
+    "vslice_node_tls_client_ca_file": "/etc/vslice/pki/ca.crt",
+}
 
 # A mirror of NVIDIA's toolkit repository, as a site would give it.
 TOOLKIT_REPO = {
@@ -135,7 +141,23 @@ BAD_INPUT = [
     ("vslice_node", {"vslice_node_health_timeout": "soon"}, "vslice_node_health_timeout"),
     ("vslice_node", {"vslice_node_monitor_listen": "9401"}, "vslice_node_monitor_listen"),
     ("vslice_node", {"vslice_node_shim_file": ""}, "vslice_node_shim_file"),
-    ("vslice_node", {"vslice_node_tls": True}, "vslice_node_tls"),
+    # TLS is on by default: without files, the control plane play must have signed one.
+    ("vslice_node", {}, "vslice_node_tls is on (the default) without certificate files"),
+    (
+        "vslice_node",
+        {**OWN_TLS, "vslice_node_tls_key_file": "node.key"},
+        "vslice_node_tls_key_file",
+    ),
+    (
+        "vslice_control_plane",
+        {**GOOD_CONTROL_PLANE, "vslice_control_plane_node_tls": False},
+        "vslice_control_plane_prometheus_node_tls",
+    ),
+    (
+        "vslice_release",
+        {"vslice_release_hashes": {"vslice-0.1.0-py3-none-any.whl": "abc"}},
+        "vslice_release_hashes",
+    ),
     (
         "vslice_node",
         {
@@ -254,7 +276,8 @@ def test_a_bad_variable_fails_before_any_change_with_a_message_naming_it(
 @pytest.mark.parametrize(
     ("role", "variables"),
     [
-        ("vslice_node", {}),
+        ("vslice_node", OWN_TLS),
+        ("vslice_node", {"vslice_node_tls": False}),
         ("vslice_control_plane", GOOD_CONTROL_PLANE),
         ("nvidia_driver", {}),
         ("nvidia_container_toolkit", TOOLKIT_REPO),
@@ -733,6 +756,9 @@ MONITORING: dict[str, object] = {
 MONITORING_VALUES: dict[str, object] = {
     **DEFAULT_VALUES,
     "prometheus": {
+        "node_tls": True,
+        "cert_file": "/etc/vslice/prometheus/prometheus-client.crt",
+        "key_file": "/etc/vslice/prometheus/prometheus-client.key",
         "operator": True,
         "operator_labels": {"release": "kube-prometheus"},
         "grafana_dashboard": True,
@@ -781,6 +807,9 @@ def test_the_prometheus_files_are_what_vslice_manifests_renders(tmp_path: Path) 
     tls, prom = tmp_path / "tls", tmp_path / "prometheus"
     tls.mkdir()
     (tls / "ca.crt").write_text("-----BEGIN CERTIFICATE-----\nlab\n-----END CERTIFICATE-----\n")
+    client = {"crt": "client certificate\n", "key": "client key\n"}
+    for ext, text in client.items():
+        (tls / f"prometheus-client.{ext}").write_text(text)
     inventory = tmp_path / "hosts.yml"
     inventory.write_text(
         yaml.safe_dump(
@@ -832,6 +861,9 @@ def test_the_prometheus_files_are_what_vslice_manifests_renders(tmp_path: Path) 
             "prometheus": {
                 "scrape_interval": "15s",
                 "ca_file": f"{prom}/ca.crt",
+                "node_tls": True,
+                "cert_file": f"{prom}/prometheus-client.crt",
+                "key_file": f"{prom}/prometheus-client.key",
                 "targets": {
                     "scheduler": ["cp1:8888"],
                     "webhook": ["cp1:8443"],
@@ -844,6 +876,10 @@ def test_the_prometheus_files_are_what_vslice_manifests_renders(tmp_path: Path) 
     for part in ("prometheus-scrape", "prometheus-rules"):
         assert _documents(prom / f"{part}.yaml") == objects(expected, [part]), part
     assert (prom / "ca.crt").read_text() == (tls / "ca.crt").read_text()
+    # The nodes' jobs present the vslice-prometheus client certificate the role signed.
+    for ext, text in client.items():
+        assert (prom / f"prometheus-client.{ext}").read_text() == text
+    assert (prom / "prometheus-client.key").stat().st_mode & 0o777 == 0o600
 
 
 def test_a_second_run_changes_nothing_and_check_mode_writes_nothing(tmp_path: Path) -> None:
