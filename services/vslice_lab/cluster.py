@@ -85,9 +85,9 @@ class LabCluster:
             list(pool.map(lambda body: apply_node(self._client, body), manifests))
         return [node.name for node in nodes]
 
-    def publish_slices(self, nodes: Sequence[LabNode]) -> int:
+    def publish_slices(self, simulated: Sequence[LabNode]) -> int:
         """The simulated nodes' ResourceSlices (``vslice_lab.dra``)."""
-        return dra.publish(DraApi(self._client), nodes)
+        return dra.publish(DraApi(self._client), simulated)
 
     def ready_nodes(self) -> set[str]:
         """The nodes that are Ready now, simulated and real."""

@@ -31,14 +31,18 @@ def supported(version: str) -> bool:
     return (int(found.group(1)), int(found.group(2))) >= MIN_VERSION
 
 
-def publish(api: DraApi, nodes: Sequence[LabNode]) -> int:
-    """Publish the simulated nodes' slices (16 at a time, written only when they differ from
-    what is stored); how many nodes have one."""
-    simulated = [node for node in nodes if not node.kubelet and node.dra_inventory.gpus]
+def publish(api: DraApi, simulated: Sequence[LabNode]) -> int:
+    """Publish the slices of the simulated nodes given (16 at a time, written only when they
+    differ from what is stored); how many nodes have one.
+
+    ``simulated`` is what kwok runs, whatever the inventory's ``kubelet`` says: a ``kubelet:
+    true`` node is simulated too under ``lab up --simulated-only`` (or when this machine
+    cannot run a real node), and then its ``dra_gpus`` need this slice as much as any."""
+    with_dra = [node for node in simulated if node.dra_inventory.gpus]
 
     def publish_one(node: LabNode) -> None:
         SlicePublisher(api, node.name).publish(node.dra_inventory)
 
     with ThreadPoolExecutor(max_workers=16) as pool:
-        list(pool.map(publish_one, simulated))
-    return len(simulated)
+        list(pool.map(publish_one, with_dra))
+    return len(with_dra)

@@ -206,7 +206,7 @@ def _start_all(
         state.save(layout, record)
         cluster.wait_nodes_ready(record.nodes, options.timeout)
     if with_dra:
-        published = cluster.publish_slices(nodes)
+        published = cluster.publish_slices(simulated)
         say(f"publishing {published} simulated ResourceSlice(s) for the DRA class {DRIVER}")
     if real and node_binaries is not None:
         context = realnode.NodeContext(

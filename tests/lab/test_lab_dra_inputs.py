@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -68,3 +69,34 @@ def test_the_real_node_agent_serves_its_dra_gpus(tmp_path: Path) -> None:
 )
 def test_dra_needs_136(version: str, served: bool) -> None:
     assert dra.supported(version) is served
+
+
+class Slices:
+    """The DRA API as the slice publisher uses it, recording what is written."""
+
+    def __init__(self) -> None:
+        self.written: dict[str, dict[str, Any]] = {}
+
+    def resource_slice(self, name: str) -> dict[str, Any] | None:
+        return self.written.get(name)
+
+    def put_resource_slice(self, body: dict[str, Any], resource_version: str | None) -> None:
+        self.written[body["metadata"]["name"]] = body
+
+    def node_uid(self, name: str) -> str | None:
+        return f"uid-{name}"
+
+
+def test_a_kubelet_node_run_simulated_gets_the_slice_of_its_dra_gpus(tmp_path: Path) -> None:
+    """`lab up --simulated-only` runs lab-l4 (`kubelet: true`, `dra_gpus: [2]`) under kwok: its
+    DRA GPU must be published like any simulated node's (it was left out: 16 GPUs, not 17)."""
+    path = write(tmp_path, [2])
+    raw = yaml.safe_load(path.read_text())
+    raw["nodes"][0]["kubelet"] = True
+    path.write_text(yaml.safe_dump(raw))
+    (node,) = load_inventory(path)
+    assert node.kubelet
+    api = Slices()
+    assert dra.publish(api, [node]) == 1  # type: ignore[arg-type]
+    (published,) = api.written.values()
+    assert [d["name"] for d in published["spec"]["devices"]] == ["gpu-2"]
