@@ -189,9 +189,9 @@ class Over:
 
     field: str  # a QuotaLimits field
     asked: int
-    used: int  # by the namespace's other claims and, of that, ``pods`` by its pods
+    used: int  # all the namespace holds besides this claim
     limit: int
-    pods: int = 0
+    pods: int = 0  # the part of ``used`` its extender-path pods hold
 
 
 @dataclass
