@@ -14,7 +14,7 @@ import json
 from typing import Any
 
 import pytest
-from dra_claims import claim_spec
+from dra_claims import claim_spec, create_template
 from kubernetes import client as k8s
 from realnode_pods import RealNode, running
 from vslice_build.images import SMOKE_IMAGE
@@ -40,15 +40,7 @@ def claim(node: RealNode, namespace: str, name: str, memory: str) -> None:
 
 
 def template(node: RealNode, namespace: str, name: str, memory: str) -> None:
-    body: Any = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": name},
-        "spec": {"spec": claim_spec(memory)},
-    }
-    resource(node).create_namespaced_resource_claim_template(
-        namespace, body, _preload_content=False
-    )
+    create_template(resource(node), namespace, name, memory)
 
 
 def container(name: str, command: list[str]) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from conftest import LabHandle
-from dra_claims import claim_spec
+from dra_claims import claim_spec, create_template
 from kubernetes import client as k8s
 from vslice_core.dra import DRIVER, MIB
 from vslice_core.quantities import parse_quantity
@@ -109,15 +109,7 @@ def test_of_ten_1024_mib_claims_at_once_a_3072_mib_quota_lets_three_be_allocated
     services: LabHandle, namespace: str
 ) -> None:
     gpu_quota(services, namespace, 3072)
-    template: Any = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": "one-gib"},
-        "spec": {"spec": claim_spec("1024Mi")},
-    }
-    resource(services).create_namespaced_resource_claim_template(
-        namespace, template, _preload_content=False
-    )
+    create_template(resource(services), namespace, "one-gib", "1024Mi")
     with ThreadPoolExecutor(10) as pool:
         list(pool.map(lambda i: claim_pod(services, namespace, f"p{i}", "one-gib"), range(10)))
 
@@ -176,15 +168,7 @@ def test_a_namespace_using_both_paths_is_held_to_one_quota(
     the extender's bind (before, each path counted only its own against the whole quota)."""
     gpu_quota(services, namespace, 3072)
     for name, size in (("two-gib", "2048Mi"), ("one-gib", "1024Mi")):
-        template: Any = {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaimTemplate",
-            "metadata": {"name": name},
-            "spec": {"spec": claim_spec(size)},
-        }
-        resource(services).create_namespaced_resource_claim_template(
-            namespace, template, _preload_content=False
-        )
+        create_template(resource(services), namespace, name, size)
     services.create_pod(
         namespace, "notebook", limits={"nvidia.com/gpu": "1", "nvidia.com/gpumem": "2048"}
     )

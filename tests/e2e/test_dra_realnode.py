@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import vslice
-from dra_claims import claim_spec
+from dra_claims import create_template
 from kubernetes import client as k8s
 from realnode_pods import RealNode, finished, parse_smoke, running
 from vslice_build.images import SMOKE_IMAGE
@@ -44,15 +44,7 @@ def resource(node: RealNode) -> k8s.ResourceV1Api:
 def template(
     node: RealNode, namespace: str, name: str, *, memory: str | None, cores: int | None = None
 ) -> None:
-    body = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": name},
-        "spec": {"spec": claim_spec(memory, cores)},
-    }
-    resource(node).create_namespaced_resource_claim_template(
-        namespace, body, _preload_content=False
-    )
+    create_template(resource(node), namespace, name, memory, cores)
 
 
 SLEEP = ["sh", "-c", "sleep 600"]
