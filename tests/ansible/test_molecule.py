@@ -15,6 +15,7 @@ built once by build-image.sh and cached under ~/.cache/vslice/images/.
 from __future__ import annotations
 
 import contextlib
+import re
 import shutil
 from pathlib import Path
 
@@ -53,6 +54,28 @@ def _require_podman() -> None:
             pytest.fail(f"{binary} is missing; .ci/setup.d/40-ansible.sh installs it")
 
 
+def _idempotence_report(stdout: str, stderr: str) -> str:
+    """The playbook output of each task molecule's idempotence step names (on stderr), from
+    the task's last run: what changed, so that a failure says why without the whole log."""
+    names = re.findall(r"^\*\s+=> (.+?)\s*$", stdout + stderr, flags=re.MULTILINE)
+    lines = stdout.splitlines()
+    report: list[str] = []
+    for name in dict.fromkeys(names):
+        header = f"TASK [{name}]"
+        starts = [i for i, line in enumerate(lines) if line.startswith(header)]
+        if not starts:
+            continue
+        block = [lines[starts[-1]]]
+        for line in lines[starts[-1] + 1 : starts[-1] + 80]:
+            if line.startswith(("TASK [", "PLAY [", "RUNNING HANDLER [")):
+                break
+            block.append(line)
+        report.extend(block)
+    if not report:
+        return ""
+    return "\n".join(["idempotence: the tasks that changed, last run:", *report, "", ""])
+
+
 @pytest.mark.parametrize("scenario", ["lab", "cluster"])
 def test_the_scenario_converges_is_idempotent_and_verifies(scenario: str) -> None:
     _require_podman()
@@ -73,6 +96,7 @@ def test_the_scenario_converges_is_idempotent_and_verifies(scenario: str) -> Non
     LOG_DIR.mkdir(exist_ok=True)
     (LOG_DIR / f"molecule-{scenario}.log").write_text(result.stdout + result.stderr)
     output = result.stdout + result.stderr
-    assert result.returncode == 0, output[-8000:]
+    report = _idempotence_report(result.stdout, result.stderr)
+    assert result.returncode == 0, report + output[-8000:]
     for step in ("converge", "idempotence", "verify", *EXTRA_STEPS.get(scenario, ())):
         assert f"{step}: Executed: Successful" in output, f"molecule did not report {step}"
