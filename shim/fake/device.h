@@ -28,6 +28,17 @@
 #define FAKE_MAGIC 0x454B414645534C56ULL /* "VSLFAKE" */
 #define FAKE_LOG "[fake-nvidia] "
 
+/* One board model for every fake GPU, told the same way by both libraries: an H100 SXM5
+   (compute capability 9.0), PCI bus FAKE_PCI_BUS_BASE + its physical index, domain 0. */
+#define FAKE_CUDA_DRIVER_VERSION 12080 /* cuDriverGetVersion, nvmlSystemGetCudaDriverVersion */
+#define FAKE_CC_MAJOR 9
+#define FAKE_CC_MINOR 0
+#define FAKE_SM_CLOCK_MHZ 1000 /* 1 cycle = 1 ns: the PTX spin kernel's cycles are nanoseconds */
+#define FAKE_MEM_CLOCK_MHZ 2619
+#define FAKE_PCI_BUS_BASE 0x18
+#define FAKE_PCI_DEVICE_ID 0x233010DEu    /* device 0x2330 << 16 | NVIDIA's vendor id 0x10DE */
+#define FAKE_PCI_SUBSYSTEM_ID 0x16C110DEu
+
 struct fake_interval {
     uint64_t start_ns; /* CLOCK_MONOTONIC */
     uint64_t end_ns;

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "device.h"
+#include "nvml_board.h"
 #include "vslice/nvml_abi.h"
 
 struct nvmlDevice_st {
@@ -83,6 +84,12 @@ nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device) {
     if ((d) == NULL || (d) < handles || (d) >= handles + fake_gpu_count())                        \
     return NVML_ERROR_INVALID_ARGUMENT
 
+nvmlReturn_t fake_nvml_physical(nvmlDevice_t device, unsigned int *physical) {
+    NEED_DEVICE(device);
+    *physical = device->physical;
+    return NVML_SUCCESS;
+}
+
 /* Writes text into buf, or says how short buf is. */
 static nvmlReturn_t copy_out(const char *text, char *buf, unsigned int length) {
     if (buf == NULL) return NVML_ERROR_INVALID_ARGUMENT;
@@ -148,8 +155,8 @@ nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned int *node) {
 }
 
 /* Percent of [from, now) during which a kernel was running on the device. */
-static unsigned busy_percent(nvmlDevice_t device, uint64_t from, uint64_t now) {
-    struct fake_device_state *d = &fake_state()->dev[device->physical];
+unsigned fake_nvml_busy_percent(unsigned int physical, uint64_t from, uint64_t now) {
+    struct fake_device_state *d = &fake_state()->dev[physical];
     uint64_t busy = 0;
     uint64_t head = __atomic_load_n(&d->head, __ATOMIC_ACQUIRE);
     for (uint64_t i = head > FAKE_RING ? head - FAKE_RING : 0; i < head; i++) {
@@ -165,7 +172,7 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_
     NEED_DEVICE(device);
     if (utilization == NULL) return NVML_ERROR_INVALID_ARGUMENT;
     uint64_t now = fake_now_ns(), from = now > 1000000000ull ? now - 1000000000ull : 0;
-    utilization->gpu = busy_percent(device, from, now);
+    utilization->gpu = fake_nvml_busy_percent(device->physical, from, now);
     utilization->memory = 0;
     return NVML_SUCCESS;
 }
@@ -218,6 +225,31 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsign
     return nvmlDeviceGetComputeRunningProcesses_v2(device, infoCount, infos);
 }
 
+/* The detail list of drivers from R550: compute (and all) mode lists the one host process,
+   with no protected memory; the fake runs no graphics and no MPS. */
+nvmlReturn_t nvmlDeviceGetRunningProcessDetailList(nvmlDevice_t device,
+                                                   nvmlProcessDetailList_t *plist) {
+    NEED_DEVICE(device);
+    if (plist == NULL || plist->version != nvmlProcessDetailList_v1 ||
+        plist->mode > NVML_PROCESS_MODE_ALL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    int compute =
+        plist->mode == NVML_PROCESS_MODE_COMPUTE || plist->mode == NVML_PROCESS_MODE_ALL;
+    unsigned long long used = 0;
+    int listed = 0;
+    unsigned int count = plist->numProcArrayEntries;
+    nvmlReturn_t r = compute ? host_processes(device, &count, &used, &listed) : NVML_SUCCESS;
+    if (r == NVML_SUCCESS && listed && plist->procArray == NULL) {
+        count = 1;
+        r = NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    plist->numProcArrayEntries = compute ? count : 0;
+    if (r == NVML_SUCCESS && listed)
+        plist->procArray[0] = (nvmlProcessDetail_v1_t){FAKE_HOST_PID + device->physical, used,
+                                                       0xFFFFFFFFu, 0xFFFFFFFFu, 0};
+    return r;
+}
+
 static uint64_t wall_us(void) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -237,7 +269,8 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
     uint64_t now_us = wall_us(), now = fake_now_ns();
     uint64_t span = lastSeenTimeStamp >= now_us ? 0 : (now_us - lastSeenTimeStamp) * 1000ull;
     if (span > 1000000000ull) span = 1000000000ull;
-    unsigned sm = span > 0 && span <= now ? busy_percent(device, now - span, now) : 0;
+    unsigned sm =
+        span > 0 && span <= now ? fake_nvml_busy_percent(device->physical, now - span, now) : 0;
     unsigned samples = sm > 0;
     if (samples == 0) return NVML_ERROR_NOT_FOUND;
     if (utilization == NULL || *processSamplesCount < samples) {

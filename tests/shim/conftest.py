@@ -110,6 +110,17 @@ class Probe:
             text=True,
         )
 
+    def hold(self, *commands: str, shim: bool = True, **env: str) -> subprocess.Popen[str]:
+        """Runs the commands, then "hold": returns once the probe printed "ready" (what it
+        took stays taken until the caller kills it)."""
+        holder = self.start(*commands, "hold", shim=shim, **env)
+        assert holder.stdout is not None
+        for line in holder.stdout:
+            if line.strip() == "ready":
+                return holder
+        holder.wait()
+        raise AssertionError(f"holder ended early: {holder.stderr.read() if holder.stderr else ''}")
+
 
 @pytest.fixture
 def probe(shim_build: Path, tmp_path: Path) -> Iterator[Probe]:

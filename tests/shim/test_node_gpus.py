@@ -100,12 +100,7 @@ def test_cuda_visible_devices_applies_within_the_container(probe: Probe) -> None
 
 
 def _hold(probe: Probe, *commands: str, **env: str) -> subprocess.Popen[str]:
-    holder = probe.start(*commands, "hold", shim=False, FAKE_NVIDIA_GPUS=NODE, **env)
-    assert holder.stdout is not None
-    for line in holder.stdout:
-        if line.strip() == "ready":
-            return holder
-    raise AssertionError(holder.stderr.read() if holder.stderr else "holder ended early")
+    return probe.hold(*commands, shim=False, FAKE_NVIDIA_GPUS=NODE, **env)
 
 
 def test_containers_on_one_gpu_share_its_memory(probe: Probe) -> None:

@@ -25,12 +25,7 @@ def _container(probe: Probe, **extra: str) -> dict[str, str]:
 
 
 def _hold(probe: Probe, *commands: str, shim: bool = True, **env: str) -> subprocess.Popen[str]:
-    holder = probe.start(*commands, "hold", shim=shim, **env)
-    assert holder.stdout is not None
-    for line in holder.stdout:
-        if line.strip() == "ready":
-            return holder
-    raise AssertionError(f"holder ended early: {holder.stderr.read() if holder.stderr else ''}")
+    return probe.hold(*commands, shim=shim, **env)
 
 
 def _stop(*holders: subprocess.Popen[str]) -> None:

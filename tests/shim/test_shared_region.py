@@ -22,12 +22,7 @@ def _container(probe: Probe, **extra: str) -> dict[str, str]:
 
 
 def _hold(probe: Probe, *commands: str, **env: str) -> subprocess.Popen[str]:
-    holder = probe.start(*commands, "hold", **env)
-    assert holder.stdout is not None
-    for line in holder.stdout:
-        if line.strip() == "ready":
-            return holder
-    raise AssertionError(f"holder ended early: {holder.stderr.read() if holder.stderr else ''}")
+    return probe.hold(*commands, **env)
 
 
 def test_processes_of_a_container_share_one_limit(probe: Probe) -> None:

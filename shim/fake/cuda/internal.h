@@ -27,7 +27,7 @@
 
 #define FAKE_INTERNAL __attribute__((visibility("hidden")))
 
-#define CLOCK_KHZ 1000000 /* CU_DEVICE_ATTRIBUTE_CLOCK_RATE: 1 GHz, 1 cycle = 1 ns */
+#define CLOCK_KHZ (FAKE_SM_CLOCK_MHZ * 1000) /* CU_DEVICE_ATTRIBUTE_CLOCK_RATE */
 
 struct CUctx_st {
     int ordinal;

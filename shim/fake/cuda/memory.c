@@ -462,9 +462,55 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
     return r;
 }
 
+/* Unmapping takes access away again (and the pages' contents with it). */
 CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
     NEED_INIT;
-    return (ptr == 0 || size == 0) ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+    if (ptr == 0 || size == 0 || size % GRANULARITY != 0) return CUDA_ERROR_INVALID_VALUE;
+    void *p = (void *)(uintptr_t)ptr;
+    if (mprotect(p, size, PROT_NONE) != 0) return CUDA_ERROR_INVALID_VALUE;
+    madvise(p, size, MADV_DONTNEED);
+    return CUDA_SUCCESS;
+}
+
+/* A reserved range is PROT_NONE host memory until cuMemSetAccess opens it, as device memory
+   is inaccessible until then: a kernel or copy touching it before faults, here as on a GPU.
+   Only device locations of this process are valid; the widest access asked for wins. */
+CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count) {
+    NEED_INIT;
+    if (ptr == 0 || size == 0 || size % GRANULARITY != 0 || desc == NULL || count == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    int prot = PROT_NONE;
+    for (size_t i = 0; i < count; i++) {
+        const CUmemAccessDesc *d = &desc[i];
+        if (d->location.type != CU_MEM_LOCATION_TYPE_DEVICE || d->location.id < 0 ||
+            d->location.id >= visible_count)
+            return CUDA_ERROR_INVALID_DEVICE;
+        switch (d->flags) {
+        case CU_MEM_ACCESS_FLAGS_PROT_NONE: break;
+        case CU_MEM_ACCESS_FLAGS_PROT_READ: prot |= PROT_READ; break;
+        case CU_MEM_ACCESS_FLAGS_PROT_READWRITE: prot |= PROT_READ | PROT_WRITE; break;
+        default: return CUDA_ERROR_INVALID_VALUE;
+        }
+    }
+    return mprotect((void *)(uintptr_t)ptr, size, prot) == 0 ? CUDA_SUCCESS
+                                                            : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* The fake's one granularity serves both the minimum and the recommended one (2 MiB, what
+   current data-centre GPUs report for both). */
+CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop,
+                                       CUmemAllocationGranularity_flags option) {
+    NEED_INIT;
+    int known = option == CU_MEM_ALLOC_GRANULARITY_MINIMUM ||
+                option == CU_MEM_ALLOC_GRANULARITY_RECOMMENDED;
+    if (granularity == NULL || prop == NULL || !known) return CUDA_ERROR_INVALID_VALUE;
+    if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
+        prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (prop->location.id < 0 || prop->location.id >= visible_count)
+        return CUDA_ERROR_INVALID_DEVICE;
+    *granularity = GRANULARITY;
+    return CUDA_SUCCESS;
 }
 
 /* ---- arrays ---- */

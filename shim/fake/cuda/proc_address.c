@@ -41,6 +41,8 @@ static const struct proc procs[] = {
     P("cuMemRelease", 10020, 0, cuMemRelease), P("cuMemMap", 10020, 0, cuMemMap),
     P("cuMemUnmap", 10020, 0, cuMemUnmap), P("cuMemAddressReserve", 10020, 0, cuMemAddressReserve),
     P("cuMemAddressFree", 10020, 0, cuMemAddressFree),
+    P("cuMemSetAccess", 10020, 0, cuMemSetAccess),
+    P("cuMemGetAllocationGranularity", 10020, 0, cuMemGetAllocationGranularity),
     P("cuDeviceGetDefaultMemPool", 11020, 0, cuDeviceGetDefaultMemPool),
     P("cuDeviceGetMemPool", 11020, 0, cuDeviceGetMemPool),
     P("cuDeviceSetMemPool", 11020, 0, cuDeviceSetMemPool),

@@ -70,10 +70,37 @@ typedef struct nvmlProcessUtilizationSample_st {
     unsigned int decUtil;
 } nvmlProcessUtilizationSample_t;
 
+/* nvmlDeviceGetRunningProcessDetailList (R550 and later): one mode's processes. */
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+    unsigned long long usedGpuCcProtectedMemory;
+} nvmlProcessDetail_v1_t;
+
+typedef struct {
+    unsigned int version; /* nvmlProcessDetailList_v1 */
+    unsigned int mode;    /* NVML_PROCESS_MODE_* */
+    unsigned int numProcArrayEntries;
+    nvmlProcessDetail_v1_t *procArray;
+} nvmlProcessDetailList_v1_t;
+typedef nvmlProcessDetailList_v1_t nvmlProcessDetailList_t;
+
 #define NVML_STRUCT_VERSION(data, ver) (unsigned int)(sizeof(nvml##data##_v##ver##_t) | (ver << 24U))
 #define nvmlMemory_v2 NVML_STRUCT_VERSION(Memory, 2)
+#define nvmlProcessDetailList_v1 NVML_STRUCT_VERSION(ProcessDetailList, 1)
 #define NVML_DEVICE_UUID_V2_BUFFER_SIZE 96
 #endif /* __nvml_nvml_h__ */
+
+/* The modes of a process detail list, as NVML's bindings number them (nvml.h leaves the field
+   a plain unsigned int); ALL came with later drivers. */
+#ifndef NVML_PROCESS_MODE_COMPUTE
+#define NVML_PROCESS_MODE_COMPUTE 0u
+#define NVML_PROCESS_MODE_GRAPHICS 1u
+#define NVML_PROCESS_MODE_MPS 2u
+#define NVML_PROCESS_MODE_ALL 3u
+#endif
 
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory);
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory);
@@ -83,6 +110,8 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsign
                                                      nvmlProcessInfo_v2_t *infos);
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
                                                      nvmlProcessInfo_t *infos);
+nvmlReturn_t nvmlDeviceGetRunningProcessDetailList(nvmlDevice_t device,
+                                                   nvmlProcessDetailList_t *plist);
 nvmlReturn_t nvmlInit_v2(void);
 nvmlReturn_t nvmlShutdown(void);
 nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount);
