@@ -18,6 +18,8 @@ The two images the lab needs:
 - :data:`SMOKE_IMAGE`, ``vslice-smoke`` (built by ``make -C shim``) with the host's glibc
   (the shim is preloaded from the host, so the image must carry a C library it can run on) and
   busybox as ``/bin/sh`` and friends, so tests and users can look around in a container.
+
+:mod:`vslice_build.workload` writes a third, the Python workload image, the same way.
 """
 
 from __future__ import annotations
@@ -210,6 +212,28 @@ def shared_libraries(binary: Path) -> list[Path]:
     return found
 
 
+def c_libraries(binaries: Sequence[Path]) -> list[ImageFile]:
+    """Every shared library the binaries load on this host, plus those a preloaded shim and a
+    ``dlopen``ed driver ask for, under the loader's default directory (and the loader's
+    ``/lib64`` link)."""
+    libraries: dict[str, Path] = {}
+    for binary in binaries:
+        for library in shared_libraries(binary):
+            libraries.setdefault(library.name, library)
+    for extra in EXTRA_LIBRARIES:
+        host = Path(str(LIBRARY_DIR)) / extra
+        if host.exists():
+            libraries.setdefault(extra, host)
+    files = [
+        ImageFile(str(LIBRARY_DIR / name), source=path.resolve(), mode=0o755)
+        for name, path in sorted(libraries.items())
+    ]
+    loader = next((path for name, path in libraries.items() if name.startswith("ld-linux")), None)
+    if loader is not None:
+        files.append(ImageFile(f"lib64/{loader.name}", link=str(LIBRARY_DIR / loader.name)))
+    return files
+
+
 def binary_spec(name: str, binary: Path) -> ImageSpec:
     """An image of one static binary at ``/usr/local/bin`` (the control plane's images: kubeadm's
     static pods run ``kube-apiserver``, ``etcd``, ... by name) and an empty /tmp, which etcd and
@@ -260,16 +284,7 @@ def smoke_spec(smoke: Path, busybox: Path = BUSYBOX) -> ImageSpec:
         ImageFile("bin/busybox", source=busybox),
     ]
     files += [ImageFile(f"bin/{name}", link="busybox") for name in BUSYBOX_APPLETS]
-    libraries = {lib.name: lib for lib in shared_libraries(smoke)}
-    for extra in EXTRA_LIBRARIES:
-        host = Path(str(LIBRARY_DIR)) / extra
-        if host.exists():
-            libraries.setdefault(extra, host)
-    loader = next((lib for name, lib in libraries.items() if name.startswith("ld-linux")), None)
-    for name, lib in sorted(libraries.items()):
-        files.append(ImageFile(str(LIBRARY_DIR / name), source=lib.resolve(), mode=0o755))
-    if loader is not None:
-        files.append(ImageFile(f"lib64/{loader.name}", link=str(LIBRARY_DIR / loader.name)))
+    files += c_libraries([smoke])
     return ImageSpec(
         SMOKE_IMAGE,
         files,

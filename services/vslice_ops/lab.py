@@ -70,8 +70,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             sub.add_argument(
                 "archive",
                 type=Path,
+                nargs="?",
                 help="OCI image archive (e.g. from `podman save --format oci-archive`, "
                 "`docker save`, `skopeo copy ... oci-archive:FILE`)",
+            )
+            sub.add_argument(
+                "--workload",
+                action="store_true",
+                help="write and import vslice's Python workload image instead (NVIDIA's "
+                "cuda-bindings and nvidia-ml-py, gpustat, nvitop; from this environment's "
+                "packages)",
             )
         if name == "up":
             sub.add_argument(
@@ -307,9 +315,21 @@ def _status(args: argparse.Namespace) -> int:
 def _import_image(args: argparse.Namespace) -> int:
     from vslice_lab.lab import import_image
 
-    names = import_image(_which_lab(args), args.archive)
-    print(f"imported {args.archive} into {', '.join(names)}")
-    images = archive_image_names(args.archive)
+    archive: Path | None = args.archive
+    if args.workload == (archive is not None):
+        raise InvalidRequest(
+            "give either an archive or --workload (the Python workload image)",
+            field="archive",
+            value=str(archive or ""),
+        )
+    if archive is None:
+        from vslice_build.binaries import cache_root
+        from vslice_build.workload import build_workload
+
+        archive = build_workload(cache_root().parent / "images")
+    names = import_image(_which_lab(args), archive)
+    print(f"imported {archive} into {', '.join(names)}")
+    images = archive_image_names(archive)
     if images:
         for image in images:
             print(f"use it in a pod as image: {image}")

@@ -134,6 +134,19 @@ def test_a_created_object_and_a_change_without_a_diff_count() -> None:
     }
 
 
+def test_an_object_server_side_apply_created_counts_as_created() -> None:
+    created = _doc(
+        "Namespace",
+        "vslice-system",
+        changed=True,
+        before={},
+        after={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "vslice-system"}},
+    )
+    assert _plugin().applied_changes(created)["changed"] == [
+        "Namespace vslice-system/vslice-system: created"
+    ]
+
+
 def test_a_failed_item_without_results_has_no_changes() -> None:
     assert _plugin().applied_changes({"failed": True, "msg": "no"}) == {
         "changed": [],

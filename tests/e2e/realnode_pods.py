@@ -68,9 +68,10 @@ class RealNode:
         restart: str = "Never",
         env: dict[str, str] | None = None,
         command: list[str] | None = None,
+        image: str = SMOKE_IMAGE,
     ) -> dict[str, Any]:
-        """A one-container pod running ``vslice-smoke ARGS`` (or ``command``) on one of this
-        node's GPUs (``gpu``: a UUID; default any GPU of this node)."""
+        """A one-container pod running ``vslice-smoke ARGS`` (or ``command``, in ``image``) on
+        one of this node's GPUs (``gpu``: a UUID; default any GPU of this node)."""
         limits = {"nvidia.com/gpu": "1"}
         if memory_mib is not None:
             limits["nvidia.com/gpumem"] = str(memory_mib)
@@ -78,7 +79,7 @@ class RealNode:
             limits["nvidia.com/gpucores"] = str(cores)
         container: dict[str, Any] = {
             "name": "main",
-            "image": SMOKE_IMAGE,
+            "image": image,
             "command": command or ["vslice-smoke", *args],
             "resources": {"limits": limits},
         }

@@ -4,9 +4,9 @@ bindings (``nvidia-ml-py``'s pynvml, ``cuda-bindings``) and the process viewers 
 
 The fake must answer every entry point these programs call, or they fail (gpustat did) or
 take another path than on a real driver. Every NVML lookup they make goes through pynvml's one
-resolver, which a ``sitecustomize`` wraps here to record each name and whether the library
-had it; CUDA entry points go through cuda-bindings' table, which raises FunctionNotFoundError
-when the driver lacks one that is called."""
+resolver, which ``tests/workloads/nvml_trace`` wraps to record each name and whether the
+library had it; CUDA entry points go through cuda-bindings' table, which raises
+FunctionNotFoundError when the driver lacks one that is called."""
 
 from __future__ import annotations
 
@@ -21,32 +21,9 @@ import pytest
 from conftest import GIB, MIB, Probe
 
 BIN = Path(sys.executable).parent
-TRACER = textwrap.dedent(
-    """
-    import atexit, os
-    import pynvml
-
-    _resolve = pynvml._nvmlGetFunctionPointer
-    _seen = {}
-
-    def _traced(name):
-        try:
-            found = _resolve(name)
-        except pynvml.NVMLError:
-            _seen[name] = False
-            raise
-        _seen[name] = True
-        return found
-
-    pynvml._nvmlGetFunctionPointer = _traced
-
-    @atexit.register
-    def _write():
-        with open(os.environ["VSLICE_TEST_NVML_TRACE"], "a") as out:
-            for name, found in sorted(_seen.items()):
-                out.write(f"{name} {int(found)}\\n")
-    """
-)
+WORKLOADS = Path(__file__).resolve().parents[1] / "workloads"
+ALLOC_PATHS = WORKLOADS / "alloc_paths.py"
+TRACER = WORKLOADS / "nvml_trace"  # a sitecustomize recording pynvml's lookups
 
 # What the programs above called on the day this list was written (pynvml 13.615, gpustat 1.1,
 # nvitop 1.7): each must be exported by the fake. A name they start calling shows up as missing
@@ -84,83 +61,11 @@ NVML_CALLED = (
     "nvmlSystemGetDriverVersion",
 )
 
-BINDINGS = textwrap.dedent(
-    """
-    import json, sys
-    from cuda.bindings import driver as cu
-
-    OK = cu.CUresult.CUDA_SUCCESS
-    MIB = 1 << 20
-    results = {}
-
-    def call(what, *result):
-        err = result[0]
-        if err != OK and what is not None:
-            results[what] = cu.cuGetErrorName(err)[1].decode()
-        return (err, *result[1:])
-
-    def must(result):
-        assert result[0] == OK, result
-        return result[1] if len(result) == 2 else result[1:]
-
-    must(cu.cuInit(0))
-    device = must(cu.cuDeviceGet(0))
-    must(cu.cuCtxSetCurrent(must(cu.cuDevicePrimaryCtxRetain(device))))
-    free, total = must(cu.cuMemGetInfo())
-    results["total"] = total
-    big, rest = int(sys.argv[1]) * MIB, int(sys.argv[2]) * MIB
-    held = must(cu.cuMemAlloc(big))  # most of the slice, so `rest` does not fit beside it
-
-    err, ptr = call("cuMemAlloc", *cu.cuMemAlloc(rest))
-    if err == OK: must(cu.cuMemFree(ptr))
-
-    stream = must(cu.cuStreamCreate(0))
-    err, ptr = call("cuMemAllocAsync", *cu.cuMemAllocAsync(rest, stream))
-    if err == OK: must(cu.cuMemFreeAsync(ptr, stream))
-    must(cu.cuStreamSynchronize(stream))
-
-    err, ptr = call("cuMemAllocManaged", *cu.cuMemAllocManaged(
-        rest, cu.CUmemAttach_flags.CU_MEM_ATTACH_GLOBAL))
-    if err == OK: must(cu.cuMemFree(ptr))
-
-    prop = cu.CUmemAllocationProp()
-    prop.type = cu.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
-    prop.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
-    prop.location.id = 0
-    grain = must(cu.cuMemGetAllocationGranularity(
-        prop, cu.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_MINIMUM))
-    results["granularity"] = grain
-    size = (rest + grain - 1) // grain * grain
-    err, handle = call("cuMemCreate", *cu.cuMemCreate(size, prop, 0))
-    if err == OK:
-        # The whole VMM sequence, as frameworks' caching allocators run it.
-        va = must(cu.cuMemAddressReserve(size, 0, 0, 0))
-        must(cu.cuMemMap(va, size, 0, handle, 0))
-        access = cu.CUmemAccessDesc()
-        access.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
-        access.location.id = 0
-        access.flags = cu.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
-        must(cu.cuMemSetAccess(va, size, [access], 1))
-        must(cu.cuMemcpyHtoD(va, b"slice", 5))
-        must(cu.cuMemUnmap(va, size))
-        must(cu.cuMemAddressFree(va, size))
-        must(cu.cuMemRelease(handle))
-
-    must(cu.cuMemFree(held))
-    ok = must(cu.cuMemAlloc(rest))  # with the big one gone, rest fits again
-    must(cu.cuMemFree(ok))
-    print(json.dumps(results))
-    """
-)
-
 
 def _env(probe: Probe, trace: Path, *, shim: bool, **extra: str) -> dict[str, str]:
-    tracer = probe.tmp / "tracer"
-    tracer.mkdir(exist_ok=True)
-    (tracer / "sitecustomize.py").write_text(TRACER)
     return probe.env(
         shim,
-        PYTHONPATH=str(tracer),
+        PYTHONPATH=str(TRACER),
         VSLICE_TEST_NVML_TRACE=str(trace),
         FAKE_CUDA_DEVICE_COUNT="2",
         FAKE_CUDA_TOTAL_MEM="8g",
@@ -232,7 +137,7 @@ def test_gpustat_and_nvitop_show_the_slice_and_the_containers_process(probe: Pro
 
 def test_cuda_bindings_are_stopped_at_the_slice_on_every_allocation_path(probe: Probe) -> None:
     env = _env(probe, probe.tmp / "t", shim=True)
-    script = [sys.executable, "-c", BINDINGS, "1536", "1024"]
+    script = [sys.executable, str(ALLOC_PATHS), "1536", "1024"]
     sliced = json.loads(_run(script, env).stdout)
     assert sliced == {
         "total": 2 * GIB,

@@ -78,6 +78,10 @@ def applied_changes(item: dict[str, Any]) -> dict[str, list[str]]:
         if not doc.get("changed"):
             continue
         diff = doc.get("diff") or {}
+        if "kind" in (diff.get("after") or {}) and "kind" not in (diff.get("before") or {}):
+            # Server-side apply creates with method "apply": the diff is the whole object.
+            changed.append(f"{_name(doc)}: created")
+            continue
         kind = str((doc.get("result") or {}).get("kind", ""))
         paths = _paths(diff.get("before", {}), diff.get("after", {}), "")
         ours = [p for p in paths if not _by_server(kind, p)]
