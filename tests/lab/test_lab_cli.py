@@ -204,3 +204,13 @@ def test_a_docker_archive_is_named_by_its_repo_tags(tmp_path: Path) -> None:
 def test_an_archive_without_names_gives_none(tmp_path: Path) -> None:
     archive = _tar(tmp_path / "anon.tar", {"index.json": {"manifests": [{"digest": "x"}]}})
     assert archive_image_names(archive) == []
+
+
+def test_import_image_wants_an_archive_or_the_workload_image_not_both(
+    elsewhere: tuple[Path, dict[str, str]],
+) -> None:
+    work, env = elsewhere
+    for argv in (("lab", "import-image"), ("lab", "import-image", "x.tar", "--workload")):
+        ran = _vslice(*argv, cwd=work, env=env)
+        assert ran.returncode == 2, ran.stderr
+        assert "give either an archive or --workload" in ran.stderr

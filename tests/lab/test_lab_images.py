@@ -7,6 +7,7 @@ import hashlib
 import io
 import json
 import subprocess
+import sys
 import tarfile
 import time
 from pathlib import Path
@@ -108,3 +109,59 @@ def test_the_smoke_image_carries_the_c_library_and_a_shell(tmp_path: Path) -> No
     assert any(path.endswith("/libc.so.6") for path in paths)
     assert any(path.startswith("lib64/ld-linux") for path in paths)
     assert any(path.endswith("/libdl.so.2") for path in paths)  # the shim links it
+
+
+def test_the_workload_image_carries_python_the_tools_and_their_c_libraries() -> None:
+    from vslice_build import workload
+
+    spec = workload.workload_spec()
+    files = {item.path: item for item in spec.files}
+    library = f"usr/local/lib/python{sys.version_info.major}.{sys.version_info.minor}"
+    site = f"{library}/site-packages"
+    for path in (
+        "usr/local/bin/python3",
+        f"{library}/os.py",
+        f"{library}/json/__init__.py",
+        f"{site}/pynvml.py",
+        f"{site}/gpustat/__init__.py",
+        f"{site}/nvitop/__init__.py",
+        f"{site}/cuda/bindings/__init__.py",
+        f"{site}/psutil/__init__.py",  # a requirement of both viewers, found from their metadata
+        "usr/local/bin/gpustat",
+        "usr/local/bin/nvitop",
+        "bin/sh",
+    ):
+        assert path in files, path
+    assert any(path.endswith("/libc.so.6") for path in files)
+    assert any(path.endswith("/libdl.so.2") for path in files)  # cuda-pathfinder dlopens it
+    # Nothing a workload does not need, and no byte code (Python writes none in the image).
+    assert not [p for p in files if p.startswith(f"{library}/test/") or p.endswith(".pyc")]
+    assert not [p for p in files if "/__pycache__/" in p or "/idlelib/" in p]
+    launcher = files["usr/local/bin/gpustat"].data or b""
+    assert launcher.startswith(b"#!/usr/local/bin/python3\n") and b"gpustat" in launcher
+    assert "PYTHONDONTWRITEBYTECODE=1" in spec.env
+
+
+def test_a_tool_missing_from_the_environment_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    from vslice_build import workload
+
+    monkeypatch.setattr(workload, "TOOLS", ("gpustat", "no-such-viewer"))
+    with pytest.raises(images.ImageError, match="no-such-viewer is not installed"):
+        workload.workload_spec()
+
+
+def test_the_workload_archive_is_written_once_per_input(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from vslice_build import workload
+
+    small = images.ImageSpec("vslice.local/python-tools:1", [images.ImageFile("a", data=b"1")])
+    monkeypatch.setattr(workload, "workload_spec", lambda: small)
+    first = workload.build_workload(tmp_path)
+    written = first.stat().st_mtime_ns
+    assert workload.build_workload(tmp_path) == first
+    assert first.stat().st_mtime_ns == written  # not written again
+    changed = images.ImageSpec(small.name, [images.ImageFile("a", data=b"2")])
+    monkeypatch.setattr(workload, "workload_spec", lambda: changed)
+    second = workload.build_workload(tmp_path)
+    assert second != first and not first.exists()  # the stale archive is gone
