@@ -4,6 +4,8 @@
 #     also with PyTorch's expandable segments (cuMemCreate through cuGetProcAddress);
 #   - cuMemGetInfo, torch.cuda.mem_get_info and nvidia-smi show the slice;
 #   - SM pacing with real kernels, measured by NVML's utilisation sampler;
+#   - NVIDIA's cuda-bindings stopped at the slice on every allocation path, gpustat and nvitop
+#     showing the slice and the holding process (tests/gpu/test_gpu_nvidia_tools.py);
 #   - the shim's added cost on the real driver (benchmarks/shim.py --driver real).
 # Usage: tests/gpu/run.sh   (from anywhere; PYTHON=... to pick the interpreter with torch)
 set -euo pipefail
