@@ -176,6 +176,14 @@ class NodeLayout:
         return self.root / "fake-gpu-state"
 
     @property
+    def gpus_file(self) -> Path:
+        """The node agent's static inventory: a copy of the lab's, written at ``up``. Setting a
+        GPU's ``healthy: false`` or ``cordoned: true`` here is how a lab GPU fails or is
+        cordoned (the agent re-reads the file within a second); the repository's file stays
+        as it is."""
+        return self.root / "gpus.yaml"
+
+    @property
     def preload_file(self) -> Path:
         return self.root / "ld.so.preload"
 

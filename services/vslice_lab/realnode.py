@@ -186,13 +186,14 @@ def start(node: LabNode, ctx: NodeContext) -> None:
     archives = build_images(ctx.layout)
     for archive in archives:
         import_image(layout, binaries.ctr, archive, ctx.layout.log(f"containerd-{name}"))
+    shutil.copyfile(ctx.inventory_file, layout.gpus_file)
     plugin = configs.write_settings(
         layout.settings("device-plugin"),
         tls
         | nodeconfig.device_plugin_settings(
             name,
             layout,
-            ctx.inventory_file,
+            layout.gpus_file,
             node.inventory,
             ctx.shim,
             ctx.services_kubeconfig,

@@ -1,7 +1,8 @@
 """vslice's DRA driver ``gpu.vslice.io``, in pure functions: what a node publishes
-(:mod:`.devices`), what a claim asks (:mod:`.claims`) and what an allocation grants
-(:mod:`.allocations`). docs/dra.md describes the mapping; the adapters in ``vslice_kube``
-and the kubelet plugin in ``vslice_node.dra`` only move these dicts."""
+(:mod:`.devices`, with :mod:`.taints` for failed and cordoned GPUs), what a claim asks
+(:mod:`.claims`) and what an allocation grants (:mod:`.allocations`). docs/dra.md describes
+the mapping; the adapters in ``vslice_kube`` and the kubelet plugin in ``vslice_node.dra``
+only move these dicts."""
 
 from __future__ import annotations
 

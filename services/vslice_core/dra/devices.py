@@ -12,7 +12,9 @@ so kube-scheduler's own allocator enforces them without vslice in the scheduling
 
 Attributes: ``model``, ``uuid``, ``index``, ``numaNode``, ``healthy``, ``cordoned`` and
 ``allocatable`` (healthy and not cordoned); the DeviceClass selects allocatable devices, so
-an unhealthy GPU stays visible (``vslice top`` shows it) but takes no new claim.
+an unhealthy GPU stays visible (``vslice top`` shows it) but takes no new claim. A failed or
+cordoned GPU's device also carries a taint (:mod:`vslice_core.dra.taints`): NoExecute ends
+the pods on a failed GPU, NoSchedule keeps new claims off a cordoned one.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from vslice_core.dra import CORES, DRIVER, MEMORY, MIB, SLOTS
+from vslice_core.dra import CORES, DRIVER, MEMORY, MIB, SLOTS, taints
 from vslice_core.errors import InvalidRequest
 from vslice_core.model import Gpu, NodeInventory
 from vslice_core.quantities import parse_quantity
@@ -38,8 +40,8 @@ def _mi(mib: int) -> str:
 
 
 def device(gpu: Gpu) -> dict[str, Any]:
-    """One GPU as a ResourceSlice device."""
-    return {
+    """One GPU as a ResourceSlice device (with taints when it failed or is cordoned)."""
+    found: dict[str, Any] = {
         "name": device_name(gpu),
         "allowMultipleAllocations": True,
         "attributes": {
@@ -74,6 +76,10 @@ def device(gpu: Gpu) -> dict[str, Any]:
             },
         },
     }
+    marked = taints.device_taints(gpu)
+    if marked:
+        found["taints"] = marked
+    return found
 
 
 def slice_name(node: str) -> str:
@@ -108,27 +114,34 @@ def resource_slice(
     }
 
 
-def same_devices(published: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
+def same_devices(
+    published: Mapping[str, Any], wanted: Mapping[str, Any], *, with_taints: bool = True
+) -> bool:
     """Whether a published slice already says what ``wanted`` says (generation aside):
-    the publisher then writes nothing, so restarts and resyncs cost no scheduler work."""
+    the publisher then writes nothing, so restarts and resyncs cost no scheduler work.
+    ``with_taints=False`` leaves the devices' taints out of the comparison."""
     spec = published.get("spec") or {}
     want = wanted.get("spec") or {}
     return bool(
         spec.get("driver") == want.get("driver")
         and spec.get("nodeName") == want.get("nodeName")
         and (spec.get("pool") or {}).get("name") == want["pool"]["name"]
-        and _normal(spec.get("devices")) == _normal(want.get("devices"))
+        and _normal(spec.get("devices"), with_taints) == _normal(want.get("devices"), with_taints)
     )
 
 
-def _normal(devices: object) -> object:
+def _normal(devices: object, with_taints: bool) -> object:
     # The API server may add defaulted fields and stores quantities in canonical form
     # ("81920Mi" comes back as "80Gi"): compare only what vslice sets, quantities as numbers.
     if not isinstance(devices, list):
         return devices
     keys = ("name", "allowMultipleAllocations", "attributes")
     return [
-        {**{key: item.get(key) for key in keys}, "capacity": _numbers(item.get("capacity"))}
+        {
+            **{key: item.get(key) for key in keys},
+            "capacity": _numbers(item.get("capacity")),
+            "taints": taints.normal(item) if with_taints else None,
+        }
         if isinstance(item, dict)
         else item
         for item in devices

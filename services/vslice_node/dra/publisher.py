@@ -6,6 +6,12 @@ older generations. Without a change nothing is written, not even at a restart; t
 slice is still read every ``every_s`` (someone may have deleted or edited it). The write
 carries the stored resourceVersion: two writers (a plugin restarted while the old one still
 runs) make one of them fail and retry on fresh data instead of overwriting each other.
+
+A failed or cordoned GPU's device carries a taint (``vslice_core.dra.taints``); a rewrite
+keeps each taint's ``timeAdded``. An API server without device taints (the DRADeviceTaints
+feature gate off) drops them from what it stores: the publisher notices when a slice it wrote
+with taints comes back without them and otherwise equal, says so once in its log and its
+state, and stops comparing taints, so it does not rewrite the slice every resync.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from vslice_core.dra import taints
 from vslice_core.dra.devices import resource_slice, same_devices, slice_name
 from vslice_core.errors import ClusterError
 from vslice_core.model import NodeInventory
@@ -38,6 +45,8 @@ class SlicePublisher:
         self._published: NodeInventory | None = None
         self._due = 0.0
         self._node_uid: str | None = None
+        self._sent_taints = False  # the last write had taints
+        self.taints_dropped = False  # the API server stores no device taints
 
     def maybe_publish(self, inventory: NodeInventory, now: float) -> None:
         """Publish when the GPUs changed since the last good write, or the resync is due."""
@@ -56,7 +65,12 @@ class SlicePublisher:
             self.state = state
             return
         self._published = inventory
-        self.state = "published"
+        self.state = (
+            "published (this API server drops device taints: a failed GPU takes no new claim "
+            "but its pods are not evicted)"
+            if self.taints_dropped
+            else "published"
+        )
 
     def publish(self, inventory: NodeInventory) -> bool:
         """Bring the stored slice to ``inventory``; whether it wrote."""
@@ -71,9 +85,25 @@ class SlicePublisher:
             )
             version = str((stored.get("metadata") or {}).get("resourceVersion") or "") or None
         wanted = resource_slice(inventory, generation, self._node_uid)
-        if stored is not None and same_devices(stored, wanted):
-            return False
+        if stored is not None:
+            taints.carry_times(stored, wanted)
+            if same_devices(stored, wanted, with_taints=not self.taints_dropped):
+                return False
+            if (
+                self._sent_taints
+                and not taints.has_taints(stored)
+                and same_devices(stored, wanted, with_taints=False)
+            ):
+                self.taints_dropped = True
+                log.warning(
+                    "the API server dropped the devices' taints (is the DRADeviceTaints "
+                    "feature gate off?): failed GPUs take no new claim, but the pods on them "
+                    "are not evicted",
+                    extra={"slice": slice_name(self.node)},
+                )
+                return False
         self.api.put_resource_slice(wanted, version)
+        self._sent_taints = taints.has_taints(wanted)
         log.info(
             "ResourceSlice published",
             extra={
