@@ -283,15 +283,34 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
     return NVML_SUCCESS;
 }
 
-/* Events: the fake never has an Xid error, so a wait always times out. */
+/* Events. A fake GPU fails when told to: with FAKE_NVML_XID_FILE set, each line
+   "<UUID> <xid>" appended to that file after an event set was created is one Xid event of
+   that GPU, delivered by nvmlEventSetWait to the sets that registered
+   nvmlEventTypeXidCriticalError for it (other sets skip it). Without the file, or with nothing
+   new in it, a wait times out, as on a healthy card. */
+#define XID_CRITICAL_ERROR 0x8ull /* nvmlEventTypeXidCriticalError */
+
 struct nvmlEventSet_st {
-    unsigned long long types;
+    unsigned long long types[FAKE_MAX_DEVICES]; /* by index in the container */
+    long offset;                                /* bytes of the XID file already read */
 };
+
+static long xid_file_size(void) {
+    const char *path = getenv("FAKE_NVML_XID_FILE");
+    FILE *f = path != NULL && path[0] != '\0' ? fopen(path, "r") : NULL;
+    if (f == NULL) return 0;
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fclose(f);
+    return size < 0 ? 0 : size;
+}
 
 nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set) {
     if (!initialized) return NVML_ERROR_UNINITIALIZED;
     if (set == NULL) return NVML_ERROR_INVALID_ARGUMENT;
     *set = calloc(1, sizeof **set);
+    if (*set == NULL) return NVML_ERROR_UNKNOWN;
+    (*set)->offset = xid_file_size();
     return NVML_SUCCESS;
 }
 
@@ -299,16 +318,54 @@ nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long ev
                                       nvmlEventSet_t set) {
     NEED_DEVICE(device);
     if (set == NULL) return NVML_ERROR_INVALID_ARGUMENT;
-    set->types |= eventTypes;
+    set->types[device->index] |= eventTypes;
     return NVML_SUCCESS;
+}
+
+/* The next whole line of the XID file for a GPU of this set that registered Xid events: 1 and
+   *data filled, else 0. Lines for other GPUs, or that do not parse, are passed over. */
+static int next_xid(nvmlEventSet_t set, nvmlEventData_t *data) {
+    const char *path = getenv("FAKE_NVML_XID_FILE");
+    FILE *f = path != NULL && path[0] != '\0' ? fopen(path, "r") : NULL;
+    if (f == NULL) return 0;
+    int found = 0;
+    char line[256];
+    if (fseek(f, set->offset, SEEK_SET) != 0) {
+        fclose(f);
+        return 0;
+    }
+    while (!found && fgets(line, sizeof line, f) != NULL) {
+        size_t length = strlen(line);
+        if (length == 0 || line[length - 1] != '\n') break; /* a line still being written */
+        set->offset += (long)length;
+        char uuid[96];
+        unsigned long long xid;
+        if (sscanf(line, "%95s %llu", uuid, &xid) != 2) continue;
+        for (int i = 0; i < fake_gpu_count(); i++) {
+            if (strcmp(fake_gpu(i)->uuid, uuid) != 0) continue;
+            if ((set->types[i] & XID_CRITICAL_ERROR) == 0) break;
+            *data = (nvmlEventData_t){&handles[i], XID_CRITICAL_ERROR, xid, 0xFFFFFFFFu,
+                                      0xFFFFFFFFu};
+            found = 1;
+            break;
+        }
+    }
+    fclose(f);
+    return found;
 }
 
 nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms) {
     if (!initialized) return NVML_ERROR_UNINITIALIZED;
     if (set == NULL || data == NULL) return NVML_ERROR_INVALID_ARGUMENT;
-    struct timespec ts = {timeoutms / 1000, (long)(timeoutms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-    return NVML_ERROR_TIMEOUT;
+    uint64_t deadline = fake_now_ns() + (uint64_t)timeoutms * 1000000ull;
+    for (;;) {
+        if (next_xid(set, data)) return NVML_SUCCESS;
+        uint64_t now = fake_now_ns();
+        if (now >= deadline) return NVML_ERROR_TIMEOUT;
+        uint64_t nap = deadline - now < 20000000ull ? deadline - now : 20000000ull; /* 20 ms */
+        struct timespec ts = {(time_t)(nap / 1000000000ull), (long)(nap % 1000000000ull)};
+        nanosleep(&ts, NULL);
+    }
 }
 
 nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
