@@ -1,7 +1,8 @@
 """Device taints on the DRA path: a failed GPU's device is tainted NoExecute, a cordoned one
 NoSchedule; rewrites keep a taint's timeAdded; an API server that drops taints (the feature
 gate off) is noticed once and not rewritten every resync. The lab test
-tests/e2e/test_dra_realnode_taints.py shows kube-scheduler and kube-controller-manager acting on them."""
+tests/e2e/test_dra_realnode_taints.py shows kube-scheduler and kube-controller-manager acting
+on them."""
 
 from __future__ import annotations
 
