@@ -1,8 +1,8 @@
 """Device taints on the DRA path: a failed GPU's device is tainted NoExecute, a cordoned one
 NoSchedule; rewrites keep a taint's timeAdded; an API server that drops taints (the feature
-gate off) is noticed once and not rewritten every resync. The lab test
-tests/e2e/test_dra_realnode_taints.py shows kube-scheduler and kube-controller-manager acting
-on them."""
+gate off) is noticed at once and not rewritten every resync; a taint removed by hand is
+written again. The lab test tests/e2e/test_dra_realnode_taints.py shows kube-scheduler and
+kube-controller-manager acting on them."""
 
 from __future__ import annotations
 
@@ -99,17 +99,28 @@ def test_an_api_server_without_taints_is_noticed_once_and_not_rewritten() -> Non
     api = DroppingSlices()
     publisher = SlicePublisher(api, NODE, every_s=30)
     publisher.maybe_publish(_inventory(sick=0), now=0)
-    assert api.writes == 1 and not publisher.taints_dropped
-    for now in (40, 80, 120):  # resyncs read the slice back without its taint
+    assert api.writes == 1 and publisher.taints_dropped  # read back once, without its taint
+    assert "drops device taints" in publisher.state
+    for now in (40, 80, 120):  # resyncs: equal but for the taints, nothing written
         publisher.maybe_publish(_inventory(sick=0), now=now)
     assert api.writes == 1
-    assert publisher.taints_dropped
-    assert "drops device taints" in publisher.state
     # A real change is still written (the attribute keeps the GPU out of new claims).
     publisher.maybe_publish(_inventory(), now=121)
     (stored,) = api.stored.values()
     assert api.writes == 2
     assert stored["spec"]["devices"][0]["attributes"]["allocatable"] == {"bool": True}
+
+
+def test_a_taint_someone_removes_is_written_again() -> None:
+    api = StampingSlices()
+    publisher = SlicePublisher(api, NODE, every_s=30)
+    publisher.maybe_publish(_inventory(sick=0), now=0)
+    (stored,) = api.stored.values()
+    del stored["spec"]["devices"][0]["taints"]  # an edit by hand, with taints supported
+    publisher.maybe_publish(_inventory(sick=0), now=40)
+    (stored,) = api.stored.values()
+    assert api.writes == 2 and not publisher.taints_dropped
+    assert _taints(stored)["gpu-0"][0]["effect"] == "NoExecute"
 
 
 def test_normal_taints_read_what_someone_else_wrote_without_failing() -> None:

@@ -9,9 +9,10 @@ runs) make one of them fail and retry on fresh data instead of overwriting each 
 
 A failed or cordoned GPU's device carries a taint (``vslice_core.dra.taints``); a rewrite
 keeps each taint's ``timeAdded``. An API server without device taints (the DRADeviceTaints
-feature gate off) drops them from what it stores: the publisher notices when a slice it wrote
-with taints comes back without them and otherwise equal, says so once in its log and its
-state, and stops comparing taints, so it does not rewrite the slice every resync.
+feature gate off) drops them from what it stores: the publisher reads a slice it wrote with
+taints back once, and when they are gone says so in its log and its state and stops comparing
+taints, so it does not rewrite the slice every resync. A taint someone removes later is
+written again.
 """
 
 from __future__ import annotations
@@ -45,7 +46,6 @@ class SlicePublisher:
         self._published: NodeInventory | None = None
         self._due = 0.0
         self._node_uid: str | None = None
-        self._sent_taints = False  # the last write had taints
         self.taints_dropped = False  # the API server stores no device taints
 
     def maybe_publish(self, inventory: NodeInventory, now: float) -> None:
@@ -72,6 +72,19 @@ class SlicePublisher:
             else "published"
         )
 
+    def _check_taints_kept(self) -> None:
+        """Read the slice just written back: an API server without device taints has dropped
+        them (a taint someone removes later is not this, and is written again)."""
+        written = self.api.resource_slice(slice_name(self.node))
+        if written is None or taints.has_taints(written):
+            return
+        self.taints_dropped = True
+        log.warning(
+            "the API server dropped the devices' taints (is the DRADeviceTaints feature gate "
+            "off?): failed GPUs take no new claim, but the pods on them are not evicted",
+            extra={"slice": slice_name(self.node)},
+        )
+
     def publish(self, inventory: NodeInventory) -> bool:
         """Bring the stored slice to ``inventory``; whether it wrote."""
         if self._node_uid is None:
@@ -89,21 +102,9 @@ class SlicePublisher:
             taints.carry_times(stored, wanted)
             if same_devices(stored, wanted, with_taints=not self.taints_dropped):
                 return False
-            if (
-                self._sent_taints
-                and not taints.has_taints(stored)
-                and same_devices(stored, wanted, with_taints=False)
-            ):
-                self.taints_dropped = True
-                log.warning(
-                    "the API server dropped the devices' taints (is the DRADeviceTaints "
-                    "feature gate off?): failed GPUs take no new claim, but the pods on them "
-                    "are not evicted",
-                    extra={"slice": slice_name(self.node)},
-                )
-                return False
         self.api.put_resource_slice(wanted, version)
-        self._sent_taints = taints.has_taints(wanted)
+        if taints.has_taints(wanted) and not self.taints_dropped:
+            self._check_taints_kept()
         log.info(
             "ResourceSlice published",
             extra={
