@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_gpu_shim import BUILD, GIB, _env, _has_gpu
+from test_gpu_shim import GIB, _env, _has_gpu, hold
 
 pytestmark = [
     pytest.mark.gpu,
@@ -56,15 +56,8 @@ def test_cuda_bindings_stop_at_the_slice_on_every_path(tmp_path: Path) -> None:
 
 def test_gpustat_and_nvitop_show_the_slice_and_the_holder(tmp_path: Path) -> None:
     env = _env(tmp_path, CUDA_DEVICE_MEMORY_LIMIT="2g", CUDA_VISIBLE_DEVICES="0", COLUMNS="120")
-    holder = subprocess.Popen(
-        [str(BUILD / "tests" / "probe"), "ctx:0", "alloc:512m", "hold"],
-        env=env,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    holder = hold(env, "alloc:512m")
     try:
-        assert holder.stdout is not None
-        assert any(line.strip() == "ready" for line in holder.stdout), "the holder ended early"
         gpustat = subprocess.run(
             [str(BIN / "gpustat"), "--json", "-a"], env=env, capture_output=True, text=True
         )

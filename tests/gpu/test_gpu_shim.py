@@ -58,6 +58,20 @@ def _probe(tmp: Path, *commands: str, **env: str) -> dict[str, list[str]]:
     return {line.split()[0]: line.split()[1:] for line in out.stdout.splitlines()}
 
 
+def hold(env: dict[str, str], allocation: str) -> subprocess.Popen[str]:
+    """The probe holding ``allocation`` on device 0 under ``env``, once it says "ready"; the
+    caller kills it."""
+    holder = subprocess.Popen(
+        [str(BUILD / "tests" / "probe"), "ctx:0", allocation, "hold"],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None
+    assert any(line.strip() == "ready" for line in holder.stdout), "the holder ended early"
+    return holder
+
+
 def test_a_driver_program_is_limited_on_the_real_driver(tmp_path: Path) -> None:
     out = _probe(
         tmp_path,
@@ -131,15 +145,8 @@ def test_nvidia_smi_lists_the_containers_processes_from_the_region(tmp_path: Pat
     from vslice_shim import open_region
 
     env = _env(tmp_path, CUDA_DEVICE_MEMORY_LIMIT="3000m")
-    holder = subprocess.Popen(
-        [str(BUILD / "tests" / "probe"), "ctx:0", "alloc:256m", "hold"],
-        env=env,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    holder = hold(env, "alloc:256m")
     try:
-        assert holder.stdout is not None
-        assert any(line.strip() == "ready" for line in holder.stdout), "the holder ended early"
         query = ["nvidia-smi", "-i", "0", "--query-compute-apps=pid,used_memory"]
         out = subprocess.run(
             [*query, "--format=csv,noheader,nounits"],

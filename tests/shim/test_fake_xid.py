@@ -76,11 +76,12 @@ def test_without_the_file_a_wait_times_out_as_on_a_healthy_card(probe: Probe) ->
         try:
             pynvml.nvmlEventSetWait(events, 300)
         except pynvml.NVMLError_Timeout:
-            print(round(time.monotonic() - start, 1))
+            print(time.monotonic() - start)
         """
     )
     env = probe.env(False, FAKE_NVIDIA_GPUS=NODE)
     result = subprocess.run(
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60
     )
-    assert result.stdout.strip() == "0.3", result.stderr
+    assert result.stdout.strip(), result.stderr  # it timed out (a delivered event prints none)
+    assert 0.3 <= float(result.stdout) < 2.0  # after its timeout, not at once and not hanging
