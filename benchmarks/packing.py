@@ -52,16 +52,43 @@ Figures per policy (time-weighted over the horizon, simulated time):
   the horizon (each workload from its arrival, cut at the horizon) over the fleet's
   memory-time, at most 1. It ignores time order, GPU sizes and slots, so it is not tight.
 
+Priorities and idle time (drawn from a second generator seeded from ``--seed``, so the trace
+above and the policy lines are the same with or without them): a training job has priority
+100, a notebook 0; a notebook goes idle for good after a uniform 30-90 % of its life (its
+user walked away and the kernel lives on), a training job never does. Two more runs of the
+node policy ``--priority-policy`` (default ``default``) on the same fleet and trace report:
+
+- ``preemption``: the high-priority jobs' wait (mean, p95, and how many waited at all)
+  without preemption (the policy's own run) and with it. With preemption, a workload that
+  fits nowhere on arrival asks :func:`vslice_core.preemption.plan_preemption` for the node
+  and the pods of lower priority to evict there (every pod evictable, no disruption budgets);
+  the victims go back to the end of the queue with the rest of their run, and their extra
+  wait counts to theirs (``low_wait_mean_s`` shows what the notebooks pay). After a departure,
+  queued workloads that still do not fit try preemption on the freed node only (nodes where
+  skip-ahead started new low-priority pods since are not asked again: a lower bound on what
+  preemption gives). The queue stays FIFO with skip-ahead in both runs, so only preemption
+  differs.
+- ``idle``: with slices reclaimed once idle longer than ``--idle-hours`` (default 1): the
+  GPU memory-time returned in GiB-hours (from the reclaim to the end the notebook would have
+  had, cut at the horizon), beside all the memory-time notebooks sat idle on in the run
+  without reclaim, and the mean wait with reclaim.
+
 Run: ``.venv/bin/python benchmarks/packing.py`` (options: --seed, --hours, --rate,
---policies, --fleet mixed|a100|split). One line per policy:
+--policies, --fleet mixed|a100|split, --priority-policy, --idle-hours, --no-priorities).
+One line per policy:
 ``packing policy=<p> admitted=<n> large=<n> mem_util=<x> alloc_util=<x> wait_mean_s=<x>
-wait_p95_s=<x> stranded=<x> node_var=<x> of_bound=<x>`` (on one line). The functions are
-importable (tests/core/test_packing_benchmark.py runs small traces through them).
+wait_p95_s=<x> stranded=<x> node_var=<x> of_bound=<x>`` (on one line), then
+``preemption policy=<p> high_jobs=<n> wait_mean_s=<x> -> <x> wait_p95_s=<x> -> <x>
+high_waited=<n> -> <n> evicted=<n> low_wait_mean_s=<x> -> <x>`` and ``idle policy=<p>
+after_h=<x> returned_gib_h=<x> idle_gib_h=<x> wait_mean_s=<x> -> <x>`` (each on one line;
+``a -> b``: without, then with). The functions are importable
+(tests/core/test_packing_benchmark.py runs small traces through them).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import heapq
 import math
 import random
@@ -73,9 +100,11 @@ from dataclasses import dataclass, field
 from vslice_core.errors import NoFit
 from vslice_core.ledger import Ledger
 from vslice_core.model import Allocation, ContainerRequest, Gpu, NodeInventory, PodRequest
+from vslice_core.preemption import NodeView, RunningPod, plan_preemption
 
 GIB = 1024
 LARGE_MIB = 40 * GIB
+HIGH_PRIORITY = 100  # training jobs; notebooks have 0
 POLICIES = ("default", "whole-gpu", "binpack", "spread")
 
 
@@ -114,6 +143,8 @@ class Workload:
     gpus: int
     memory_mib: int  # per GPU
     cores: int  # per GPU, percent
+    priority: int = 0
+    idle_from_s: float | None = None  # into its run, when it goes idle for good (None: never)
 
     @property
     def large(self) -> bool:
@@ -162,9 +193,14 @@ def _training(rng: random.Random, uid: str, at: float) -> Workload:
 
 
 def synthetic_trace(
-    seed: int, hours: float = 24, rate_per_hour: float = 200, notebook_share: float = 0.7
+    seed: int,
+    hours: float = 24,
+    rate_per_hour: float = 200,
+    notebook_share: float = 0.7,
+    priorities: bool = True,
 ) -> list[Workload]:
-    """Poisson arrivals over ``hours``; the mix of the module docstring."""
+    """Poisson arrivals over ``hours``; the mix of the module docstring (``priorities``: with
+    the priorities and idle times, which leave everything else as it is)."""
     rng = random.Random(seed)
     trace: list[Workload] = []
     at = rng.expovariate(rate_per_hour / 3600)
@@ -173,7 +209,21 @@ def synthetic_trace(
         make = _notebook if rng.random() < notebook_share else _training
         trace.append(make(rng, uid, at))
         at += rng.expovariate(rate_per_hour / 3600)
-    return trace
+    return with_priorities(trace, seed) if priorities else trace
+
+
+def with_priorities(trace: Sequence[Workload], seed: int) -> list[Workload]:
+    """Training jobs get the high priority; notebooks go idle after 30-90 % of their life.
+    A generator of its own keeps the rest of the trace as the seed made it."""
+    rng = random.Random(f"priorities-{seed}")
+    marked = []
+    for w in trace:
+        if w.kind == "training":
+            marked.append(dataclasses.replace(w, priority=HIGH_PRIORITY))
+        else:
+            idle_from = w.duration_s * rng.uniform(0.3, 0.9)
+            marked.append(dataclasses.replace(w, idle_from_s=idle_from))
+    return marked
 
 
 def request_for(workload: Workload, policy: str, nodes: Sequence[NodeInventory]) -> PodRequest:
@@ -236,6 +286,18 @@ class Result:
     node_var: float
     bound: float
     started: dict[str, str] = field(default_factory=dict)  # uid -> node
+    waits: dict[str, float] = field(default_factory=dict)  # uid -> time queued, to horizon
+    evicted: int = 0  # evictions made by preemption
+    reclaimed_gib_h: float = 0.0  # memory-time returned by the idle reclaim
+    idle_gib_h: float = 0.0  # memory-time held by idle workloads (not reclaimed)
+
+    def wait_of(self, uids: set[str]) -> tuple[float, float, int]:
+        """Mean and p95 wait of these workloads (seconds), and how many waited at all."""
+        waits = sorted(wait for uid, wait in self.waits.items() if uid in uids)
+        if not waits:
+            return 0.0, 0.0, 0
+        p95 = waits[min(len(waits) - 1, int(0.95 * len(waits)))]
+        return statistics.fmean(waits), p95, sum(1 for wait in waits if wait > 0)
 
     @property
     def of_bound(self) -> float:
@@ -267,10 +329,21 @@ def offline_bound(
 class Simulation:
     """One policy over one trace: an event queue of arrivals and departures, in simulated time."""
 
-    def __init__(self, nodes: Sequence[NodeInventory], policy: str, horizon_s: float) -> None:
+    def __init__(
+        self,
+        nodes: Sequence[NodeInventory],
+        policy: str,
+        horizon_s: float,
+        *,
+        preempt: bool = False,
+        reclaim_idle_s: float | None = None,
+    ) -> None:
         self.nodes = list(nodes)
         self.policy = policy
         self.horizon_s = horizon_s
+        self.preempt = preempt
+        self.reclaim_idle_s = reclaim_idle_s
+        self.inventories = {inventory.name: inventory for inventory in self.nodes}
         self.ledger = Ledger()
         for inventory in self.nodes:
             self.ledger.set_node(inventory)
@@ -285,7 +358,14 @@ class Simulation:
         self.queue: list[Workload] = []
         self.running: dict[str, tuple[Workload, Allocation]] = {}
         self.started: dict[str, str] = {}
-        self.waits: list[float] = []
+        self.waits: dict[str, float] = {}  # uid -> time queued so far, over every start
+        self.queued_at: dict[str, float] = {}  # uid -> when it last joined the queue
+        self.began: dict[str, float] = {}  # uid -> when its current run began
+        self.on_node: dict[str, dict[str, None]] = {name: {} for name in self.inventories}
+        self.departure: dict[str, int] = {}  # uid -> sequence number of its live departure
+        self.evicted = 0
+        self.reclaimed = 0.0  # MiB-seconds returned by the idle reclaim
+        self.idle = 0.0  # MiB-seconds held by idle workloads
         # (time, 0 = departure / 1 = arrival, sequence number, uid): departures first at a tie
         self.events: list[tuple[float, int, int, str]] = []
         self.sequence = 0
@@ -304,22 +384,92 @@ class Simulation:
             self.ledger.try_commit(workload.uid, decision.allocation)
         except NoFit:
             return False
-        self._charge(decision.allocation, 1)
-        self.running[workload.uid] = (workload, decision.allocation)
-        self.started[workload.uid] = decision.allocation.node
-        self.waits.append(self.now - workload.arrival_s)
-        self.demand += workload.memory_mib * workload.gpus
-        self.sequence += 1
-        end = self.now + workload.duration_s
-        heapq.heappush(self.events, (end, 0, self.sequence, workload.uid))
+        self._begin(workload, decision.allocation)
         return True
 
-    def depart(self, uid: str) -> str:
+    def _begin(self, workload: Workload, allocation: Allocation) -> None:
+        uid = workload.uid
+        self._charge(allocation, 1)
+        self.running[uid] = (workload, allocation)
+        self.on_node[allocation.node][uid] = None
+        self.started[uid] = allocation.node
+        queued = self.queued_at.pop(uid, workload.arrival_s)
+        self.waits[uid] = self.waits.get(uid, 0.0) + self.now - queued
+        self.began[uid] = self.now
+        self.demand += workload.memory_mib * workload.gpus
+        self.sequence += 1
+        self.departure[uid] = self.sequence
+        end = self.now + workload.duration_s
+        heapq.heappush(self.events, (min(end, self._reclaim_at(workload)), 0, self.sequence, uid))
+
+    def _reclaim_at(self, workload: Workload) -> float:
+        """When the idle reclaim takes the workload's slices back (infinity: never)."""
+        if self.reclaim_idle_s is None or workload.idle_from_s is None:
+            return math.inf
+        return self.now + workload.idle_from_s + self.reclaim_idle_s
+
+    def depart(self, uid: str, *, evicted: bool = False) -> str:
         workload, allocation = self.running.pop(uid)
+        del self.on_node[allocation.node][uid]
         self.ledger.release(uid)
         self._charge(allocation, -1)
-        self.demand -= workload.memory_mib * workload.gpus
+        memory = workload.memory_mib * workload.gpus
+        self.demand -= memory
+        del self.departure[uid]
+        self.idle += memory * self._idle_s(uid, workload, self.now)
+        end = min(self.began[uid] + workload.duration_s, self.horizon_s)
+        if not evicted and end > self.now:  # reclaimed: what it would have held from now on
+            self.reclaimed += memory * (end - self.now)
         return allocation.node
+
+    def _idle_s(self, uid: str, workload: Workload, until: float) -> float:
+        """How long the workload's current run has sat idle by ``until``."""
+        if workload.idle_from_s is None:
+            return 0.0
+        return max(0.0, until - self.began[uid] - workload.idle_from_s)
+
+    # ----- preemption --------------------------------------------------------------------
+    def try_preempt(self, workload: Workload, nodes: Sequence[str] | None) -> bool:
+        """Evict lower-priority workloads on the node preemption chooses and start this one
+        there; the victims go back to the queue with the rest of their run."""
+        if not self.preempt or workload.priority <= 0:
+            return False
+        request = request_for(workload, self.policy, self.nodes)
+        views = [self._view(name) for name in (nodes or self.inventories)]
+        plan = plan_preemption(views, request, workload.priority)
+        if plan.node is None or not plan.victims:
+            return False
+        for victim in plan.victims:
+            self._evict(victim.uid)
+        return self.try_start(workload, [plan.node])
+
+    def _view(self, node: str) -> NodeView:
+        pods = [
+            RunningPod(
+                uid=uid,
+                namespace="default",
+                name=uid,
+                priority=workload.priority,
+                started_s=self.began[uid],
+                evictable=True,
+                allocation=allocation,
+            )
+            for uid in self.on_node[node]
+            for workload, allocation in (self.running[uid],)
+        ]
+        return NodeView(self.inventories[node], self.ledger.gpu_usage(node), pods)
+
+    def _evict(self, uid: str) -> None:
+        workload = self.running[uid][0]
+        ran = self.now - self.began[uid]
+        self.depart(uid, evicted=True)
+        self.evicted += 1
+        idle_from = None if workload.idle_from_s is None else max(0.0, workload.idle_from_s - ran)
+        rest = dataclasses.replace(
+            workload, duration_s=workload.duration_s - ran, idle_from_s=idle_from
+        )
+        self.queued_at[uid] = self.now
+        self.queue.append(rest)
 
     def _charge(self, allocation: Allocation, sign: int) -> None:
         for container in allocation.containers:
@@ -332,14 +482,18 @@ class Simulation:
 
     # ----- the queue ---------------------------------------------------------------------
     def rescan(self, node: str) -> None:
-        """Skip-ahead FIFO: start every queued workload that now fits on the freed node."""
+        """Skip-ahead FIFO: start every queued workload that now fits on the freed node (with
+        preemption: or that fits there once pods of lower priority are evicted)."""
         views = self.node_gpus[node]
         waiting: list[Workload] = []
-        for workload in self.queue:
+        scanned, self.queue = self.queue, []  # victims evicted during the scan land here
+        for workload in scanned:
             room = sum(view.takes(workload, self.policy) for view in views)
-            if room < workload.gpus or not self.try_start(workload, [node]):
+            if room >= workload.gpus and self.try_start(workload, [node]):
+                continue
+            if not self.try_preempt(workload, [node]):
                 waiting.append(workload)
-        self.queue = waiting
+        self.queue = waiting + self.queue
 
     # ----- time-weighted figures -----------------------------------------------------------
     def _stranded(self) -> int:
@@ -376,17 +530,25 @@ class Simulation:
                 self.events.append((workload.arrival_s, 1, self.sequence, workload.uid))
         heapq.heapify(self.events)
         while self.events and self.events[0][0] < self.horizon_s:
-            at, kind, _, uid = heapq.heappop(self.events)
+            at, kind, sequence, uid = heapq.heappop(self.events)
             self.advance(at)
             if kind == 0:
-                self.rescan(self.depart(uid))
-            elif not self.try_start(by_uid[uid], None):
+                if self.departure.get(uid) == sequence:  # else evicted since: stale
+                    self.rescan(self.depart(uid))
+            elif not self.try_start(by_uid[uid], None) and not self.try_preempt(by_uid[uid], None):
                 self.queue.append(by_uid[uid])
         self.advance(self.horizon_s)
         return self._result(trace)
 
     def _result(self, trace: Sequence[Workload]) -> Result:
-        waits = self.waits + [self.horizon_s - w.arrival_s for w in self.queue]
+        for uid, (workload, _) in self.running.items():  # idle time of the runs still going
+            idle = self._idle_s(uid, workload, self.horizon_s)
+            self.idle += workload.memory_mib * workload.gpus * idle
+        per_uid = dict(self.waits)
+        for w in self.queue:  # still queued at the horizon: the wait so far
+            queued = self.queued_at.get(w.uid, w.arrival_s)
+            per_uid[w.uid] = per_uid.get(w.uid, 0.0) + self.horizon_s - queued
+        waits = list(per_uid.values())
         ordered = sorted(waits)
         fleet_time = self.capacity * self.horizon_s
         demand, handed_out, stranded, variance = self.integrals
@@ -403,6 +565,10 @@ class Simulation:
             node_var=variance / self.horizon_s,
             bound=offline_bound(trace, self.nodes, self.horizon_s),
             started=dict(self.started),
+            waits=per_uid,
+            evicted=self.evicted,
+            reclaimed_gib_h=self.reclaimed / GIB / 3600,
+            idle_gib_h=self.idle / GIB / 3600,
         )
 
     @staticmethod
@@ -415,10 +581,39 @@ def simulate(
     nodes: Sequence[NodeInventory],
     policy: str,
     horizon_s: float | None = None,
+    *,
+    preempt: bool = False,
+    reclaim_idle_s: float | None = None,
 ) -> Result:
-    """Run one policy over the trace (horizon: the last arrival, when not given)."""
+    """Run one policy over the trace (horizon: the last arrival, when not given); with
+    preemption, or with slices idle longer than ``reclaim_idle_s`` taken back."""
     end = horizon_s if horizon_s is not None else max((w.arrival_s for w in trace), default=0.0)
-    return Simulation(nodes, policy, end).run(trace)
+    simulation = Simulation(nodes, policy, end, preempt=preempt, reclaim_idle_s=reclaim_idle_s)
+    return simulation.run(trace)
+
+
+def preemption_line(trace: Sequence[Workload], without: Result, with_preemption: Result) -> str:
+    """The high-priority jobs' wait without and with preemption, and what the rest pays."""
+    high = {w.uid for w in trace if w.priority > 0 and w.uid in without.waits}
+    low = {w.uid for w in trace if w.priority <= 0 and w.uid in without.waits}
+    before, after = without.wait_of(high), with_preemption.wait_of(high)
+    low_before, low_after = without.wait_of(low)[0], with_preemption.wait_of(low)[0]
+    return (
+        f"preemption policy={without.policy} high_jobs={len(high)}"
+        f" wait_mean_s={before[0]:.0f} -> {after[0]:.0f}"
+        f" wait_p95_s={before[1]:.0f} -> {after[1]:.0f}"
+        f" high_waited={before[2]} -> {after[2]} evicted={with_preemption.evicted}"
+        f" low_wait_mean_s={low_before:.0f} -> {low_after:.0f}"
+    )
+
+
+def idle_line(without: Result, reclaimed: Result, after_h: float) -> str:
+    """The memory-time an idle reclaim returns, beside all the idle memory-time."""
+    return (
+        f"idle policy={without.policy} after_h={after_h:g}"
+        f" returned_gib_h={reclaimed.reclaimed_gib_h:.0f} idle_gib_h={without.idle_gib_h:.0f}"
+        f" wait_mean_s={without.wait_mean_s:.0f} -> {reclaimed.wait_mean_s:.0f}"
+    )
 
 
 def main() -> None:
@@ -428,6 +623,18 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=200, help="arrivals per hour")
     parser.add_argument("--policies", nargs="+", choices=POLICIES, default=list(POLICIES))
     parser.add_argument("--fleet", choices=sorted(FLEETS), default="mixed")
+    parser.add_argument(
+        "--priority-policy",
+        choices=POLICIES,
+        default="default",
+        help="node policy of the preemption and idle-reclaim runs",
+    )
+    parser.add_argument(
+        "--idle-hours", type=float, default=1.0, help="reclaim slices idle longer than this"
+    )
+    parser.add_argument(
+        "--no-priorities", action="store_true", help="only the policy lines (no extra runs)"
+    )
     args = parser.parse_args()
     nodes = fleet(FLEETS[args.fleet])
     trace = synthetic_trace(args.seed, args.hours, args.rate)
@@ -437,10 +644,24 @@ def main() -> None:
         f"fleet: {len(nodes)} nodes, {sum(len(n.gpus) for n in nodes)} GPUs; trace: {len(trace)}"
         f" workloads ({large} large) over {args.hours:g} h, seed {args.seed}; bound {bound:.3f}"
     )
+    horizon = args.hours * 3600
+    results = {}
     for policy in args.policies:
         started = time.perf_counter()
-        result = simulate(trace, nodes, policy, args.hours * 3600)
-        print(f"{result.line()}  ({time.perf_counter() - started:.1f} s)")
+        results[policy] = simulate(trace, nodes, policy, horizon)
+        print(f"{results[policy].line()}  ({time.perf_counter() - started:.1f} s)")
+    if args.no_priorities:
+        return
+    policy = args.priority_policy
+    without = results.get(policy) or simulate(trace, nodes, policy, horizon)
+    started = time.perf_counter()
+    preempted = simulate(trace, nodes, policy, horizon, preempt=True)
+    print(f"{preemption_line(trace, without, preempted)}  ({time.perf_counter() - started:.1f} s)")
+    started = time.perf_counter()
+    reclaimed = simulate(trace, nodes, policy, horizon, reclaim_idle_s=args.idle_hours * 3600)
+    print(
+        f"{idle_line(without, reclaimed, args.idle_hours)}  ({time.perf_counter() - started:.1f} s)"
+    )
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ really spreads, the FIFO queue skips ahead, and the figures are consistent with 
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import sys
 from pathlib import Path
@@ -143,3 +144,114 @@ def test_the_split_fleet_has_both_models_in_every_node() -> None:
     nodes = packing.fleet(packing.FLEETS["split"])
     assert len(nodes) == 50 and nodes[0].name == "a100l4-000"
     assert [gpu.memory_mib for gpu in nodes[0].gpus] == [81920] * 4 + [23034] * 4
+
+
+def training(uid: str, at: float, gib: int = 80, hours: float = 10, gpus: int = 1) -> Any:
+    cores = 100 if gib >= 80 else 50
+    return packing.Workload(
+        uid, "training", at, hours * HOUR, gpus, gib * 1024, cores, priority=packing.HIGH_PRIORITY
+    )
+
+
+def test_the_trace_marks_training_jobs_high_and_notebooks_idle_without_changing_the_rest() -> None:
+    marked = packing.synthetic_trace(seed=7, hours=3, rate_per_hour=60)
+    plain = packing.synthetic_trace(seed=7, hours=3, rate_per_hour=60, priorities=False)
+    assert [w.uid for w in marked] == [w.uid for w in plain]
+    for w, p in zip(marked, plain, strict=True):
+        assert (w.arrival_s, w.duration_s, w.gpus, w.memory_mib, w.cores) == (
+            p.arrival_s,
+            p.duration_s,
+            p.gpus,
+            p.memory_mib,
+            p.cores,
+        )
+        if w.kind == "training":
+            assert (w.priority, w.idle_from_s) == (packing.HIGH_PRIORITY, None)
+        else:
+            assert w.priority == 0 and w.idle_from_s is not None
+            assert 0.3 * w.duration_s <= w.idle_from_s <= 0.9 * w.duration_s
+
+
+def test_preemption_starts_a_high_priority_job_that_notebooks_keep_waiting() -> None:
+    # One A100 full of notebooks for ten hours; a whole-GPU training job arrives after them.
+    nodes = packing.fleet([packing.NodeType("NVIDIA-A100-SXM4-80GB", 81920, 10, 1, gpus=1)])
+    trace = [notebook(f"nb-{i}", i * 1.0, gib=20) for i in range(4)] + [training("job", 60.0)]
+    without = packing.simulate(trace, nodes, "default", horizon_s=HOUR)
+    with_ = packing.simulate(trace, nodes, "default", horizon_s=HOUR, preempt=True)
+    assert without.waits["job"] == pytest.approx(HOUR - 60)
+    assert with_.waits["job"] == 0
+    assert with_.started["job"] == "a100-000" and with_.evicted == 4
+    # The evicted notebooks wait from then on (they cannot come back beside a whole GPU).
+    assert all(with_.waits[f"nb-{i}"] == pytest.approx(HOUR - 60) for i in range(4))
+    line = packing.preemption_line(trace, without, with_)
+    assert "high_jobs=1 wait_mean_s=3540 -> 0" in line and "evicted=4" in line
+
+
+def test_preemption_evicts_the_fewest_notebooks_and_never_a_job_of_equal_priority() -> None:
+    nodes = packing.fleet([packing.NodeType("NVIDIA-A100-SXM4-80GB", 81920, 10, 1, gpus=1)])
+    # 74 GiB and 70 % cores taken; the urgent job needs 36 GiB and 40 %: only evicting the
+    # 30 GiB notebook (or the running job, of its own priority) alone makes room.
+    urgent = dataclasses.replace(training("urgent", 60.0, gib=36), cores=40)
+    trace = [
+        training("running-job", 0.0, gib=40),
+        notebook("nb-small", 1.0, gib=4),
+        notebook("nb-big", 2.0, gib=30),
+        urgent,
+    ]
+    result = packing.simulate(trace, nodes, "default", horizon_s=HOUR, preempt=True)
+    assert result.evicted == 1
+    assert result.waits["urgent"] == 0
+    assert result.waits["nb-big"] == pytest.approx(HOUR - 60)
+    assert result.waits["nb-small"] == 0 and result.waits["running-job"] == 0
+
+
+def test_without_preemption_nothing_is_evicted_and_the_policy_lines_stay_as_they_were() -> None:
+    nodes = packing.fleet([packing.NodeType("NVIDIA-L4", 23034, 4, 2, gpus=4), A100])
+    trace = packing.synthetic_trace(seed=11, hours=4, rate_per_hour=60)
+    plain = packing.synthetic_trace(seed=11, hours=4, rate_per_hour=60, priorities=False)
+    marked = packing.simulate(trace, nodes, "binpack", horizon_s=4 * HOUR)
+    unmarked = packing.simulate(plain, nodes, "binpack", horizon_s=4 * HOUR)
+    assert marked.line() == unmarked.line()
+    assert marked.evicted == 0 and marked.reclaimed_gib_h == 0
+
+
+def test_on_a_loaded_seeded_trace_preemption_cuts_the_high_priority_wait() -> None:
+    nodes = packing.fleet([packing.NodeType("NVIDIA-A100-SXM4-80GB", 81920, 10, 2, gpus=4)])
+    trace = packing.synthetic_trace(seed=4, hours=6, rate_per_hour=30)
+    without = packing.simulate(trace, nodes, "default", horizon_s=6 * HOUR)
+    with_ = packing.simulate(trace, nodes, "default", horizon_s=6 * HOUR, preempt=True)
+    high = {w.uid for w in trace if w.priority > 0}
+    low = {w.uid for w in trace if w.priority == 0}
+    assert without.wait_of(high)[0] > 0  # the trace needs it: jobs wait without preemption
+    assert with_.wait_of(high)[0] < without.wait_of(high)[0]
+    assert with_.evicted > 0
+    assert with_.wait_of(low)[0] >= without.wait_of(low)[0]  # the notebooks pay for it
+
+
+def test_the_idle_reclaim_returns_what_idle_notebooks_held_past_the_threshold() -> None:
+    nodes = packing.fleet([packing.NodeType("NVIDIA-A100-SXM4-80GB", 81920, 10, 1, gpus=1)])
+    # Active one hour, then idle for nine: a reclaim after two idle hours returns seven hours
+    # of 8 GiB (cut at the horizon of eight hours: five).
+    idle = dataclasses.replace(notebook("nb", 0.0, gib=8, hours=10), idle_from_s=HOUR)
+    busy = notebook("busy", 0.0, gib=8, hours=10)  # never idle: never reclaimed
+    without = packing.simulate([idle, busy], nodes, "default", horizon_s=8 * HOUR)
+    reclaimed = packing.simulate(
+        [idle, busy], nodes, "default", horizon_s=8 * HOUR, reclaim_idle_s=2 * HOUR
+    )
+    assert without.idle_gib_h == pytest.approx(8 * 7)  # idle from hour 1 to the horizon
+    assert reclaimed.reclaimed_gib_h == pytest.approx(8 * 5)
+    assert reclaimed.idle_gib_h == pytest.approx(8 * 2)
+    line = packing.idle_line(without, reclaimed, 2)
+    assert "after_h=2 returned_gib_h=40 idle_gib_h=56" in line
+
+
+def test_the_reclaimed_room_starts_a_queued_workload_sooner() -> None:
+    nodes = packing.fleet([packing.NodeType("NVIDIA-A100-SXM4-80GB", 81920, 10, 1, gpus=1)])
+    idle = dataclasses.replace(notebook("nb", 0.0, gib=60, hours=10), idle_from_s=HOUR)
+    waiting = notebook("next", 10.0, gib=60, hours=1)
+    without = packing.simulate([idle, waiting], nodes, "default", horizon_s=4 * HOUR)
+    reclaimed = packing.simulate(
+        [idle, waiting], nodes, "default", horizon_s=4 * HOUR, reclaim_idle_s=HOUR
+    )
+    assert without.waits["next"] == pytest.approx(4 * HOUR - 10)
+    assert reclaimed.waits["next"] == pytest.approx(2 * HOUR - 10)
