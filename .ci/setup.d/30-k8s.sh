@@ -1,15 +1,15 @@
 # The local lab's binaries: etcd, the Kubernetes components and kwok, built once from Go modules
 # into ~/.cache/vslice/k8s/<version>/ (a second run finds them and builds nothing), the real
 # node's kubelet and containerd, and kubeadm and kubectl (the bundle's; kubectl is linked as
-# .venv/bin/kubectl, the lab's version); in the full profile the oldest supported Kubernetes
-# version as well, without the node binaries (its end-to-end smoke test runs simulated nodes
-# only). Each build says what it builds, about how long it takes and where its log is. Sourced
+# .venv/bin/kubectl, the lab's version); in the full profile the older supported Kubernetes
+# versions as well (the previous minor and the oldest), without the node binaries (their
+# end-to-end smoke test runs simulated nodes only). Each build says what it builds, about how long it takes and where its log is. Sourced
 # by .ci/setup after the virtualenv exists. Needs Go >= 1.26 (kwok v0.8 asks for it); an older go is asked
 # for that toolchain with GOTOOLCHAIN (it downloads it through its own proxy settings and caches
 # it in the module cache).
 vslice_go_toolchain="go1.26.8"
-vslice_k8s_oldest="$(.venv/bin/python -c \
-  'from vslice_build.versions import OLDEST_KUBERNETES_VERSION as v; print(v)')"
+vslice_k8s_older="$(.venv/bin/python -c \
+  'from vslice_build.versions import SMOKE_KUBERNETES_VERSIONS as v; print(*v)')"
 for dir in /usr/local/go/bin "$HOME/.cache/vslice/go/bin"; do
   if ! command -v go >/dev/null 2>&1 && [ -x "$dir/go" ]; then
     export PATH="$PATH:$dir"
@@ -18,8 +18,11 @@ done
 k8s_built() {
   .venv/bin/python -m vslice_build.binaries --check >/dev/null 2>&1 || return 1
   [ "${VSLICE_SETUP:-full}" = lab ] && return 0
-  .venv/bin/python -m vslice_build.binaries --check --no-node --version "$vslice_k8s_oldest" \
-    >/dev/null 2>&1
+  local version
+  for version in $vslice_k8s_older; do
+    .venv/bin/python -m vslice_build.binaries --check --no-node --version "$version" \
+      >/dev/null 2>&1 || return 1
+  done
 }
 if ! command -v go >/dev/null 2>&1 || ! go version | grep -qE 'go1\.(2[6-9]|[3-9][0-9])'; then
   if ! k8s_built; then
@@ -35,7 +38,10 @@ if ! command -v go >/dev/null 2>&1 || ! go version | grep -qE 'go1\.(2[6-9]|[3-9
 fi
 .venv/bin/python -m vslice_build.binaries
 if [ "${VSLICE_SETUP:-full}" = full ]; then
-  .venv/bin/python -m vslice_build.binaries --no-node --version "$vslice_k8s_oldest"
+  for vslice_k8s_version in $vslice_k8s_older; do
+    .venv/bin/python -m vslice_build.binaries --no-node --version "$vslice_k8s_version"
+  done
+  unset vslice_k8s_version
 fi
 # kubectl of the lab's version beside vslice, so the docs' `.venv/bin/kubectl` works on a machine
 # without one; a kubectl someone put there is left alone.
@@ -46,4 +52,4 @@ if [ ! -e .venv/bin/kubectl ] || [ -L .venv/bin/kubectl ]; then
 fi
 echo "kubectl: .venv/bin/kubectl -> $(readlink .venv/bin/kubectl || echo "$k8s_kubectl")"
 unset -f k8s_built
-unset vslice_k8s_oldest k8s_kubectl
+unset vslice_k8s_older k8s_kubectl

@@ -1,15 +1,21 @@
-"""A second lab, unlike the shared one in two ways: Kubernetes' oldest supported minor
-(docs/kubernetes-versions.md), and simulated nodes only, the lab a machine that cannot run a
-real node gets (README promises such machines the simulated lab).
+"""One more lab per older supported Kubernetes minor (docs/kubernetes-versions.md: 1.36, the
+previous, and 1.35, the oldest), unlike the shared one in two ways: that version, and
+simulated nodes only, the lab a machine that cannot run a real node gets (README promises such
+machines the simulated lab).
 
-Both needs share this one lab, so a run pays for one more control plane, not two. It starts
-from the oldest version's binaries (``.ci/setup.d/30-k8s.sh`` builds them) in its own state dir,
-on its own free ports, with the example inventory and ``real_nodes=False`` (``lab-l4`` is then
-simulated like the others), beside the shared lab and its real node, which it does not disturb.
+Each lab starts from its version's binaries (``.ci/setup.d/30-k8s.sh`` builds them) in its
+own state dir, on its own free ports, with the example inventory and ``real_nodes=False``
+(``lab-l4`` is then simulated like the others), beside the shared lab and its real node, which
+it does not disturb; the two run one after the other, never together.
 
-- A sliced pod goes through the webhook and the extender, which must record its decision on it.
-- The example notebooks run Run-All as a user would: a cell that needs a real container says
-  why it cannot have one here and moves on, nothing fails, nothing is left behind.
+- On each: a sliced pod goes through the webhook and the extender, which must record its
+  decision on it.
+- On 1.36, the oldest minor of the DRA path: a claim for a slice is allocated by
+  kube-scheduler's own allocator from a simulated node's ResourceSlice, with the capacity it
+  asked.
+- On the oldest: the example notebooks run Run-All as a user would: a cell that needs a real
+  container says why it cannot have one here and moves on, nothing fails, nothing is left
+  behind (they use nothing version-specific, so one version runs them).
 """
 
 from __future__ import annotations
@@ -24,8 +30,9 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from notebook_runs import execute, kinds, pods_left, text
-from vslice_build.versions import OLDEST_KUBERNETES_VERSION
+from vslice_build.versions import OLDEST_KUBERNETES_VERSION, SMOKE_KUBERNETES_VERSIONS
 from vslice_core.annotations import ALLOCATION, decode_allocation
+from vslice_core.dra import DEVICE_CLASS, DRIVER
 from vslice_kube.client import api_client
 from vslice_lab import lab as lab_module
 from vslice_lab.errors import LabError
@@ -33,11 +40,10 @@ from vslice_lab.layout import Layout
 
 pytestmark = pytest.mark.timeout(300)
 
-VERSION = OLDEST_KUBERNETES_VERSION
-
 
 class SimulatedLab:
-    def __init__(self, state_dir: Path) -> None:
+    def __init__(self, state_dir: Path, version: str) -> None:
+        self.version = version
         self.layout = Layout.at(state_dir)
         self.api = api_client(self.layout.kubeconfig)
         # Untyped: the client stubs know no _preload_content=False (raw JSON) answers.
@@ -56,16 +62,23 @@ class SimulatedLab:
                 time.sleep(0.1)
 
 
+EACH = pytest.mark.parametrize("simulated_lab", SMOKE_KUBERNETES_VERSIONS, indirect=True)
+OLDEST = pytest.mark.parametrize("simulated_lab", [OLDEST_KUBERNETES_VERSION], indirect=True)
+
+
 @pytest.fixture(scope="module")
-def simulated_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimulatedLab]:
-    """The example inventory on the oldest version, simulated only, with the vslice services;
+def simulated_lab(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SimulatedLab]:
+    """The example inventory on an older version, simulated only, with the vslice services;
     downed afterwards, also on failure."""
+    version = str(request.param)
     if not all(lab_module.services_installed().values()):
         pytest.fail("this test needs the vslice extender and webhook installed")
     state_dir = tmp_path_factory.mktemp("simulated-lab") / "state"
     options = lab_module.LabOptions(
         state_dir=state_dir,
-        version=VERSION,
+        version=version,
         services=True,
         real_nodes=False,
         prometheus=False,
@@ -75,9 +88,9 @@ def simulated_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulate
         lab_module.up(options)
     except LabError as error:
         lab_module.down(state_dir)
-        pytest.fail(f"the {VERSION} simulated lab did not come up: {error}", pytrace=False)
+        pytest.fail(f"the {version} simulated lab did not come up: {error}", pytrace=False)
     try:
-        yield SimulatedLab(state_dir)
+        yield SimulatedLab(state_dir, version)
     finally:
         lab_module.down(state_dir)
 
@@ -100,10 +113,11 @@ def _wait_running(core: Any, name: str, timeout: float = 30.0) -> dict[str, Any]
     return pod
 
 
-def test_a_sliced_pod_is_placed_by_the_extender_on_the_oldest_kubernetes(
+@EACH
+def test_a_sliced_pod_is_placed_by_the_extender_on_an_older_kubernetes(
     simulated_lab: SimulatedLab,
 ) -> None:
-    assert k8s.VersionApi(simulated_lab.api).get_code().git_version == VERSION
+    assert k8s.VersionApi(simulated_lab.api).get_code().git_version == simulated_lab.version
     core = simulated_lab.core
     limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4000", "nvidia.com/gpucores": "25"}
     container = {"name": "main", "image": "registry.invalid/sleep:1"}
@@ -132,6 +146,65 @@ def test_a_sliced_pod_is_placed_by_the_extender_on_the_oldest_kubernetes(
     core.delete_namespaced_pod("sliced", "default", _preload_content=False)
 
 
+@EACH
+def test_a_claim_gets_its_slice_where_the_dra_path_runs_and_no_class_where_not(
+    simulated_lab: SimulatedLab,
+) -> None:
+    if simulated_lab.version == OLDEST_KUBERNETES_VERSION:
+        # 1.35 serves no consumable capacity by default: the lab publishes no DeviceClass there.
+        resource: Any = k8s.ResourceV1Api(simulated_lab.api)
+        classes = json.loads(resource.list_device_class(_preload_content=False).data)["items"]
+        assert [c["metadata"]["name"] for c in classes] == []
+        return
+    namespace = simulated_lab.new_namespace("dra-smoke")
+    resource = k8s.ResourceV1Api(simulated_lab.api)
+    request = {
+        "name": "main",
+        "exactly": {
+            "deviceClassName": DEVICE_CLASS,
+            "count": 1,
+            "capacity": {"requests": {"memory": "4Gi", "cores": "25"}},
+        },
+    }
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "slice"},
+        "spec": {"devices": {"requests": [request]}},
+    }
+    resource.create_namespaced_resource_claim(namespace, claim, _preload_content=False)
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "claimed"},
+        "spec": {
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": "slice"}],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.invalid/sleep:1",
+                    "resources": {"claims": [{"name": "gpu"}]},
+                }
+            ],
+            "terminationGracePeriodSeconds": 0,
+        },
+    }
+    simulated_lab.core.create_namespaced_pod(namespace, body, _preload_content=False)
+    deadline = time.monotonic() + 30
+    while True:
+        read = resource.read_namespaced_resource_claim("slice", namespace, _preload_content=False)
+        allocation = (json.loads(read.data).get("status") or {}).get("allocation")
+        if allocation or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert allocation, f"the claim was not allocated within 30 s: {json.loads(read.data)}"
+    (result,) = allocation["devices"]["results"]
+    assert result["driver"] == DRIVER
+    assert result["consumedCapacity"]["memory"] == "4Gi"
+    assert result["consumedCapacity"]["cores"] == "25"
+
+
+@OLDEST
 def test_the_quickstart_runs_on_a_simulated_lab_and_says_why_no_container_ran(
     simulated_lab: SimulatedLab, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -145,6 +218,7 @@ def test_the_quickstart_runs_on_a_simulated_lab_and_says_why_no_container_ran(
     assert pods_left(core=simulated_lab.core, namespace=namespace) == []
 
 
+@OLDEST
 def test_the_widget_and_planning_notebooks_run_on_a_simulated_lab(
     simulated_lab: SimulatedLab, monkeypatch: pytest.MonkeyPatch
 ) -> None:
