@@ -521,6 +521,13 @@ class Ledger:
         with self._lock:
             return sorted(self._nodes)
 
+    def gpu_count(self, node: str) -> int | None:
+        """The node's GPUs on this path; None for a node the ledger does not know (no vslice
+        node agent). A vslice node whose GPUs are all on the DRA path has 0."""
+        with self._lock:
+            state = self._nodes.get(node)
+            return None if state is None else len(state.gpus)
+
     def ranked(self, policy: str, idle: int = 0) -> list[str]:
         """The nodes a decision under ``policy`` walks, best first (only those with at least
         ``idle`` idle GPUs; blocked nodes are left out)."""

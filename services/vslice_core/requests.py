@@ -84,6 +84,13 @@ class NormalizedPod(BaseModel):
 
     request: PodRequest
     changes: list[LimitChange]
+    count_only: bool = False
+    """The pod asks whole GPUs by their count alone: its GPU containers name the GPU resource
+    and no other vslice resource (no memory, percentage, cores or priority) and it selects no
+    GPU by type, UUID or NUMA node. On the DRA path such a pod keeps its ``nvidia.com/gpu``
+    limit, which a DeviceClass' ``extendedResourceName`` turns into a claim of whole GPUs
+    (docs/kubernetes-versions.md, "Extended resources served by DRA"). A pod the webhook
+    normalized for the extender path never is one: it gains a cores limit."""
 
 
 def _invalid(field: str, expectation: str, value: object) -> InvalidRequest:
@@ -365,7 +372,24 @@ def _normalized(
         priority=_priority(containers, names),
         **_selectors(annotations),
     )
-    return NormalizedPod(request=request, changes=changes)
+    return NormalizedPod(
+        request=request, changes=changes, count_only=_count_only(request, containers, names)
+    )
+
+
+def _count_only(request: PodRequest, containers: list[_Container], names: ResourceNames) -> bool:
+    """See :attr:`NormalizedPod.count_only`."""
+    if not request.containers or request.priority is not None:
+        return False
+    selected = request.gpu_types or request.gpu_types_exclude or request.gpu_uuids
+    if selected or request.gpu_uuids_exclude or request.numa_bind:
+        return False
+    only = {names.gpu}
+    return all(
+        set(container.limits) | set(container.requests) <= only
+        for container in containers
+        if container.asks_for_gpus
+    )
 
 
 def normalize_pod(

@@ -95,8 +95,12 @@ def write_scheduler_config(
     extender_url: str | None,
     tls: ExtenderTls | None = None,
     extra: Sequence[ExtraExtender] = (),
+    *,
+    device_class: bool = False,
 ) -> Path:
-    """The KubeSchedulerConfiguration (see the module docstring)."""
+    """The KubeSchedulerConfiguration (see the module docstring); ``device_class``: the lab
+    installs the DeviceClass (which maps the GPU name), so vslice's profile goes without the
+    DynamicResources plugin (``vslice_control.install.scheduler.vslice_profile``)."""
     if extender_url and extra:
         # kube-scheduler refuses to start with two extenders that bind.
         raise InvalidRequest(
@@ -115,7 +119,7 @@ def write_scheduler_config(
         "extender_http_timeout": EXTENDER_TIMEOUT,
         "extender_tls": vslice_tls.model_dump() if vslice_tls else None,
     }
-    values = parse_values({"kube_scheduler": settings})
+    values = parse_values({"kube_scheduler": settings, "device_class": device_class})
     document = scheduler.configuration(values)
     others = [
         scheduler.extender(

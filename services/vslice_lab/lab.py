@@ -302,6 +302,7 @@ def _control_plane(
         extender_url,
         tls=configs.ExtenderTls(certs.ca.cert, certs.scheduler),
         extra=options.extra_extenders,
+        device_class=dra.supported(options.version),
     )
     group = [
         components.kube_controller_manager(
@@ -314,7 +315,9 @@ def _control_plane(
     ]
     if start_services:
         record.webhook = True
-        group += _services(layout, certs, admin, ports, options.extender_settings)
+        group += _services(
+            layout, certs, admin, ports, options.extender_settings, dra.supported(options.version)
+        )
     return group
 
 
@@ -324,7 +327,10 @@ def _services(
     admin: Path,
     ports: dict[str, int],
     extender_settings: dict[str, Any],
+    by_name: bool,
 ) -> list[Component]:
+    """The extender and the webhook; ``by_name``: the lab's DeviceClass maps the GPU name
+    (on every version with the DRA path), which the webhook must know."""
     # HTTPS; the verbs answer only kube-scheduler's client certificate (CN
     # system:kube-scheduler, from the lab CA). Allocations are signed with the lab's key.
     services_kubeconfig = _services_kubeconfig(layout, certs, ports)
@@ -357,6 +363,7 @@ def _services(
             "client_ca_file": str(certs.ca.cert),
             "client_names": [configs.WEBHOOK_CLIENT_NAME],
             "scheduler_name": "vslice-scheduler",
+            "dra_extended_resource": by_name,
         },
     )
     # /readyz: the extender answers filter/bind only once its ledger is loaded.

@@ -314,6 +314,15 @@ class WebhookSettings(ServiceSettings):
         description="Namespaces whose GPU pods take the DRA path whatever path says (a "
         "namespace's vslice.io/path label still wins).",
     )
+    dra_extended_resource: bool = Field(
+        default=False,
+        description="On the DRA path, leave a pod that asks whole GPUs by count alone (the "
+        "GPU resource and no other vslice resource, type, UUID or NUMA selection) as it is, "
+        "for kube-scheduler to give it whole GPUs through the DeviceClass whose "
+        "extendedResourceName is the GPU resource (install value "
+        "device_class_extended_resource); without that DeviceClass such a pod would wait "
+        "forever, so set it only where the class is installed (docs/kubernetes-versions.md).",
+    )
 
 
 S = TypeVar("S", bound=ServiceSettings)

@@ -466,3 +466,27 @@ def test_the_webhook_call_agrees_with_the_normalization(manifest: dict[str, Any]
     assert (normalized is not None) == uses_gpus(manifest)
     if normalized is not None:
         assert normalized == normalize_pod(manifest)
+
+
+@pytest.mark.parametrize(
+    ("manifest", "count_only"),
+    [
+        (pod(container(gpu="2")), True),
+        (pod(container("side", cpu="1"), container(gpu="1")), True),
+        (pod(container(gpu="1"), init=(container("prep", gpu="1"),)), True),
+        (pod(container(gpu="1", mem="1024")), False),
+        (pod(container(gpu="1", pct="100")), False),
+        # What the webhook writes on the extender path: never served by name.
+        (pod(container(gpu="1", cores="100")), False),
+        (pod(container(gpu="1"), container("b", gpu="1", mem="1024")), False),
+        (pod(container(gpu="1", **{"nvidia.com/priority": "1"})), False),
+        (pod(container(gpu="1"), annotations={"nvidia.com/use-gputype": "l4"}), False),
+        (pod(container(gpu="1"), annotations={"nvidia.com/nouse-gpuuuid": "GPU-1"}), False),
+        (pod(container(gpu="1"), annotations={"nvidia.com/numa-bind": "true"}), False),
+        (pod(container(cpu="1")), False),
+    ],
+)
+def test_a_pod_asks_whole_gpus_by_count_alone_only_with_the_gpu_name_and_no_selection(
+    manifest: dict[str, Any], count_only: bool
+) -> None:
+    assert normalize_pod(manifest).count_only is count_only

@@ -187,6 +187,36 @@ def test_the_scheduler_configuration_has_an_extender_only_when_given_one() -> No
         parse_values({"kube_scheduler": {"extender_tls": {"ca_file": "/a", "ca_data": "Q0E="}}})
 
 
+@pytest.mark.parametrize(
+    ("values", "mapped"),
+    [
+        ({"device_class": True}, True),
+        ({"device_class": True, "resources": {"gpu": "example.com/gpu"}}, True),
+        ({"device_class": True, "device_class_extended_resource": False}, False),
+        ({"device_class": False}, False),
+    ],
+)
+def test_a_device_class_that_maps_the_gpu_name_takes_dynamic_resources_off_vslices_profile(
+    values: dict[str, Any], mapped: bool
+) -> None:
+    """KEP-5004: the class serves the GPU name, and vslice's profile must then go without the
+    plugin that would refuse every sliced pod (docs/kubernetes-versions.md)."""
+    parsed = parse_values(values)
+    classes = [o for o in objects(parsed, ("device-class",)) if o["kind"] == "DeviceClass"]
+    default, vslice = scheduler.configuration(parsed)["profiles"]
+    assert "plugins" not in default
+    if not values["device_class"]:
+        assert classes == [] and "plugins" not in vslice
+        return
+    (device_class,) = classes
+    if mapped:
+        assert device_class["spec"]["extendedResourceName"] == parsed.resources.gpu
+        assert vslice["plugins"] == {"multiPoint": {"disabled": [{"name": "DynamicResources"}]}}
+    else:
+        assert "extendedResourceName" not in device_class["spec"]
+        assert "plugins" not in vslice
+
+
 def test_the_yaml_keeps_the_builders_key_order_and_long_expressions_on_one_line() -> None:
     text = to_yaml(objects(parse_values(VALUES), ["webhook"]))
     assert text.startswith("---\napiVersion: admissionregistration.k8s.io/v1\nkind: ")

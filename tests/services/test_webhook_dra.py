@@ -699,3 +699,53 @@ def test_the_adapter_answers_a_409_as_already_there_and_other_errors_as_cluster_
         _adapter(FakeResourceApi(403)).create(template)
     assert failed.value.code == 403
     assert f"create ResourceClaimTemplate team-a/{name}" in str(failed.value)
+
+
+BY_NAME = WebhookPolicy(path="dra", dra_extended_resource=True)
+
+
+def test_whole_gpus_by_count_alone_are_left_for_the_device_class_to_serve_by_name() -> None:
+    templates = FakeTemplates()
+    original = pod(container("train", **{GPU: "2", "cpu": "1"}))
+    response = respond(original, BY_NAME, templates=templates)
+    result = patched(original, response)
+    assert templates.creates == []
+    assert result["spec"]["containers"][0]["resources"] == {"limits": {GPU: "2", "cpu": "1"}}
+    assert "resourceClaims" not in result["spec"] and "schedulerName" not in result["spec"]
+    # The checks of every GPU pod still run: it gets the default seccomp profile.
+    assert result["spec"]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+
+
+@pytest.mark.parametrize(
+    ("limits", "annotations"),
+    [
+        ({GPU: "1", MEM: "4096"}, None),
+        ({GPU: "1", CORES: "100"}, None),
+        ({GPU: "1", PCT: "100"}, None),
+        ({GPU: "1"}, {"nvidia.com/use-gputype": "l4"}),
+        ({GPU: "1"}, {"nvidia.com/numa-bind": "true"}),
+    ],
+)
+def test_anything_beyond_the_count_is_still_converted_into_a_claim(
+    limits: dict[str, str], annotations: dict[str, str] | None
+) -> None:
+    templates = FakeTemplates()
+    original = pod(container("train", **limits), annotations=annotations)
+    result = patched(original, respond(original, BY_NAME, templates=templates))
+    assert len(templates.creates) == 1
+    assert result["spec"]["resourceClaims"][0]["name"] == CLAIM_NAME
+
+
+def test_without_the_setting_a_count_alone_is_converted_as_before() -> None:
+    templates = FakeTemplates()
+    original = pod(container("train", **{GPU: "1"}))
+    result = patched(original, respond(original, DRA, templates=templates))
+    (request,) = only_template(templates)["spec"]["spec"]["devices"]["requests"]
+    assert request["exactly"]["count"] == 1
+    assert request["exactly"]["capacity"] == {"requests": {"cores": "100"}}
+    assert GPU not in result["spec"]["containers"][0]["resources"]["limits"]
+
+
+def test_the_setting_reaches_the_policy() -> None:
+    assert policy_from(WebhookSettings(dra_extended_resource=True)).dra_extended_resource
+    assert not policy_from(WebhookSettings()).dra_extended_resource

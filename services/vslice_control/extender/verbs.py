@@ -43,7 +43,7 @@ from vslice_core.annotations import (
 from vslice_core.errors import ClusterError, DecodeError, InvalidRequest, NoFit
 from vslice_core.ledger import Ledger
 from vslice_core.model import Allocation, PodRequest
-from vslice_core.requests import pod_request
+from vslice_core.requests import normalize_pod, pod_request
 from vslice_core.resources import ResourceNames
 from vslice_kube.nodelock import Held, LockBusy
 
@@ -149,17 +149,29 @@ class Extender:
             )
         self.sweep_holds()
         try:
-            request = pod_request(args.pod, self._names)
+            normalized = normalize_pod(args.pod, self._names)
         except InvalidRequest as exc:
             self._metrics.decided("filter", "invalid", str(exc.field or "pod"))
             log.warning("pod request invalid", extra={"pod": args.pod_key, "error": str(exc)})
             return encode_filter(
                 args, [], unresolvable=dict.fromkeys(args.node_names, f"vslice: {exc}")
             )
+        request = normalized.request
         if not request.wants_gpus:
             self._metrics.decided("filter", "fit", "no_gpu_request")
             return encode_filter(args, list(args.node_names))
         self._forget(request.uid)
+        if normalized.count_only:
+            # kube-scheduler calls the extender only with nodes its own filters passed. A
+            # vslice node with no GPU on this path (all on DRA) passed them for a pod asking
+            # whole GPUs by count alone only because a DeviceClass maps the name and the DRA
+            # plugin found the GPUs: such nodes serve the pod through DRA, and are preferred,
+            # as the pod's namespace chose DRA by leaving the name. A node without vslice's
+            # node agent is never passed: its GPUs would come without the shim.
+            by_dra = [name for name in args.node_names if self.ledger.gpu_count(name) == 0]
+            if by_dra:
+                self._metrics.decided("filter", "fit", "dra_extended_resource")
+                return encode_filter(args, by_dra)
         for _ in range(3):  # another thread may take the chosen slices between decide and hold
             decision = self.ledger.decide(request, args.node_names)
             if decision.node is None or decision.allocation is None:
@@ -215,6 +227,14 @@ class Extender:
     def bind(self, args: BindingArgs) -> dict[str, str]:
         started = time.perf_counter()
         try:
+            if self.ledger.gpu_count(args.node) == 0:
+                self._bind_dra(args)
+                self._metrics.decided("bind", "bound", "dra_extended_resource")
+                log.info(
+                    "bound for DRA",
+                    extra={"pod": f"{args.pod_namespace}/{args.pod_name}", "node": args.node},
+                )
+                return {"Error": ""}
             allocation = self._bind(args)
         except BindFailed as exc:
             self._metrics.decided("bind", "failed", exc.reason)
@@ -272,6 +292,39 @@ class Extender:
             self._forget(args.pod_uid)
             log.exception("bind crashed", extra={"pod": f"{args.pod_namespace}/{args.pod_name}"})
             raise BindFailed(f"internal error: {type(exc).__name__}: {exc}", "internal") from exc
+
+    def _bind_dra(self, args: BindingArgs) -> None:
+        """Bind a pod asking whole GPUs by count alone to a node that serves them through DRA
+        (the filter passed it: see ``_filter``): kube-scheduler's DRA plugin has allocated
+        its claim before this call, so there is nothing for the ledger to record and no
+        allocation annotation to write; the node's kubelet prepares the claim."""
+        if self._cluster is None:
+            raise BindFailed("this extender has no cluster access to bind with", "no_cluster")
+        try:
+            pod = self._cluster.read_pod(args.pod_namespace, args.pod_name)
+            uid = str((pod.get("metadata") or {}).get("uid", ""))
+            if uid != args.pod_uid:
+                raise BindFailed(
+                    f"pod {args.pod_namespace}/{args.pod_name} is now uid {uid}, not "
+                    f"{args.pod_uid}",
+                    "replaced",
+                )
+            try:
+                count_only = normalize_pod(pod, self._names).count_only
+            except InvalidRequest as exc:
+                raise BindFailed(str(exc), "invalid") from exc
+            if not count_only:
+                raise BindFailed(
+                    f"node {args.node} has no GPU on the extender path (all its GPUs are on "
+                    "the DRA path), and this pod asks more than whole GPUs by count: give it "
+                    "a ResourceClaim (a namespace labelled vslice.io/path=dra converts it)",
+                    "dra_node",
+                )
+            if (pod.get("spec") or {}).get("nodeName") == args.node:
+                return  # a retried call: the first one bound it
+            self._cluster.bind_pod(args.pod_namespace, args.pod_name, args.pod_uid, args.node, {})
+        except ClusterError as exc:
+            raise BindFailed(str(exc), f"api_{exc.code or 'unreachable'}") from exc
 
     def _bind_request(self, pod: dict[str, Any], args: BindingArgs) -> PodRequest:
         uid = str((pod.get("metadata") or {}).get("uid", ""))

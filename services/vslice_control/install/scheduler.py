@@ -18,9 +18,11 @@ from typing import Any
 
 from vslice_core.resources import ResourceNames
 
+from vslice_control.install.dra import maps_gpu_name
 from vslice_control.install.values import ExtenderTls, InstallValues
 
 DEFAULT_PROFILE = "default-scheduler"
+DYNAMIC_RESOURCES = "DynamicResources"
 
 
 def managed_resources(names: ResourceNames) -> list[dict[str, Any]]:
@@ -81,7 +83,7 @@ def configuration(values: InstallValues) -> dict[str, Any]:
         "kind": "KubeSchedulerConfiguration",
         "clientConnection": connection,
         "leaderElection": {"leaderElect": scheduler.leader_elect},
-        "profiles": [{"schedulerName": DEFAULT_PROFILE}, {"schedulerName": values.scheduler_name}],
+        "profiles": [{"schedulerName": DEFAULT_PROFILE}, vslice_profile(values)],
     }
     if scheduler.extender_url:
         vslice = extender(
@@ -92,6 +94,18 @@ def configuration(values: InstallValues) -> dict[str, Any]:
         )
         document["extenders"] = [vslice]
     return document
+
+
+def vslice_profile(values: InstallValues) -> dict[str, Any]:
+    """vslice's profile. Where the DeviceClass maps the GPU name, without the DynamicResources
+    plugin: that plugin then checks every extended resource of a pod asking the name on every
+    node, and refuses the nodes that advertise neither ``gpumem`` nor ``gpucores``, which is
+    all of them ("cannot fit resource"). The profile's pods take the extender path, whose
+    slices are no claims; a pod of it cannot use another driver's ResourceClaim either."""
+    profile: dict[str, Any] = {"schedulerName": values.scheduler_name}
+    if maps_gpu_name(values):
+        profile["plugins"] = {"multiPoint": {"disabled": [{"name": DYNAMIC_RESOURCES}]}}
+    return profile
 
 
 def objects(values: InstallValues) -> list[dict[str, Any]]:

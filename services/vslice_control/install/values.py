@@ -237,6 +237,15 @@ class InstallValues(BaseModel):
         default=False,
         description="install the DRA DeviceClass gpu.vslice.io (needs DRA consumable capacity)",
     )
+    device_class_extended_resource: bool = Field(
+        default=True,
+        description="with device_class: the DeviceClass declares the GPU resource (resources."
+        "gpu) as its extendedResourceName, so a pod asking that name alone gets whole GPUs "
+        "through DRA on nodes no device plugin advertises it on (Kubernetes 1.36+), and "
+        "vslice's scheduler profile runs without the DynamicResources plugin, which would "
+        "otherwise refuse every sliced pod (docs/kubernetes-versions.md); false where another "
+        "driver's DeviceClass already maps that name",
+    )
     kube_scheduler: KubeSchedulerValues = Field(default_factory=KubeSchedulerValues)
     kube_apiserver: KubeApiserverValues = Field(default_factory=KubeApiserverValues)
     prometheus: PrometheusValues = Field(default_factory=PrometheusValues)

@@ -226,6 +226,7 @@ def policy_from(settings: WebhookSettings) -> WebhookPolicy:
         hide_gpus_from_other_containers=settings.hide_gpus_from_other_containers,
         path=settings.path,
         dra_namespaces=frozenset(settings.dra_namespaces),
+        dra_extended_resource=settings.dra_extended_resource,
     )
 
 

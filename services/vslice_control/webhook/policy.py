@@ -28,7 +28,10 @@ namespace label keeps the webhook away, through the configuration's ``namespaceS
    containers that ask for no GPU, so they do not see the node's GPUs through the runtime.
    On the DRA path (``routing``: the namespace's label, then the settings) the limits and the
    scheduler name are replaced by a ResourceClaimTemplate the pod references
-   (``draconvert``); the verdict then carries the template, which ``main`` creates.
+   (``draconvert``); the verdict then carries the template, which ``main`` creates. With
+   ``dra_extended_resource``, a pod that asks whole GPUs by count alone
+   (``NormalizedPod.count_only``) keeps its limits and scheduler instead: the DeviceClass
+   maps the GPU name, and kube-scheduler claims whole GPUs for it (KEP-5004).
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ NOT_CREATE = "not_create"  # UPDATE, DELETE, CONNECT: admitted as they are
 NOT_GPU_POD = "not_gpu_pod"
 FORBIDDEN_ANNOTATION = "forbidden_annotation"  # vslice's state annotations were removed
 DRA = "dra"  # patched to reference a ResourceClaimTemplate instead of extended resources
+DRA_BY_NAME = "dra_by_name"  # left asking nvidia.com/gpu: the DeviceClass serves it by name
 UNKNOWN_RESOURCE = "unknown_resource"
 FORBIDDEN_ENV = "forbidden_env"
 QUOTA_EXCEEDED = "quota_exceeded"  # the extender's reason code for the same refusal
@@ -70,6 +74,9 @@ class WebhookPolicy:
     hide_gpus_from_other_containers: bool = False
     path: SchedulingPath = "extender"
     dra_namespaces: frozenset[str] = frozenset()
+    dra_extended_resource: bool = False
+    """The DeviceClass maps the GPU resource name (``extendedResourceName``): on the DRA path
+    a pod asking whole GPUs by count alone is left for kube-scheduler to serve by name."""
 
 
 def review_pod(
@@ -110,6 +117,13 @@ def review_pod(
     warnings += _confine(patch, every_container(pod))
     route = choose_path(request.namespace, namespace_labels, policy.path, policy.dra_namespaces)
     warnings += route.warnings
+    if route.path == "dra" and normalized.count_only and policy.dra_extended_resource:
+        # Whole GPUs by name (KEP-5004): kube-scheduler makes the claim itself, on nodes that
+        # do not advertise the name through a device plugin; nothing to convert.
+        if policy.hide_gpus_from_other_containers:
+            _hide_gpus(patch, gpu_containers)
+        reason = stripped or DRA_BY_NAME
+        return Verdict(allowed=True, patch=patch.ops, warnings=warnings, reason=reason)
     if route.path == "dra":
         verdict = _dra(request, policy, patch, normalized.request, gpu_containers, warnings)
         if verdict.allowed:
