@@ -43,7 +43,7 @@ from vslice_core.annotations import (
 from vslice_core.errors import ClusterError, DecodeError, InvalidRequest, NoFit
 from vslice_core.ledger import Ledger
 from vslice_core.model import Allocation, PodRequest
-from vslice_core.requests import normalize_pod, pod_request
+from vslice_core.requests import NormalizedPod, normalize_pod
 from vslice_core.resources import ResourceNames
 from vslice_kube.nodelock import Held, LockBusy
 
@@ -302,18 +302,7 @@ class Extender:
             raise BindFailed("this extender has no cluster access to bind with", "no_cluster")
         try:
             pod = self._cluster.read_pod(args.pod_namespace, args.pod_name)
-            uid = str((pod.get("metadata") or {}).get("uid", ""))
-            if uid != args.pod_uid:
-                raise BindFailed(
-                    f"pod {args.pod_namespace}/{args.pod_name} is now uid {uid}, not "
-                    f"{args.pod_uid}",
-                    "replaced",
-                )
-            try:
-                count_only = normalize_pod(pod, self._names).count_only
-            except InvalidRequest as exc:
-                raise BindFailed(str(exc), "invalid") from exc
-            if not count_only:
+            if not self._bound_pod(pod, args).count_only:
                 raise BindFailed(
                     f"node {args.node} has no GPU on the extender path (all its GPUs are on "
                     "the DRA path), and this pod asks more than whole GPUs by count: give it "
@@ -327,6 +316,11 @@ class Extender:
             raise BindFailed(str(exc), f"api_{exc.code or 'unreachable'}") from exc
 
     def _bind_request(self, pod: dict[str, Any], args: BindingArgs) -> PodRequest:
+        return self._bound_pod(pod, args).request
+
+    def _bound_pod(self, pod: dict[str, Any], args: BindingArgs) -> NormalizedPod:
+        """The pod read back for a bind, normalized; BindFailed when it is another pod now
+        (same name, new uid) or its request is invalid."""
         uid = str((pod.get("metadata") or {}).get("uid", ""))
         if uid != args.pod_uid:
             raise BindFailed(
@@ -334,7 +328,7 @@ class Extender:
                 "replaced",
             )
         try:
-            return pod_request(pod, self._names)
+            return normalize_pod(pod, self._names)
         except InvalidRequest as exc:
             raise BindFailed(str(exc), "invalid") from exc
 
