@@ -102,6 +102,15 @@ def charges(allocation: Allocation) -> dict[str, GpuUsage]:
     return result
 
 
+@dataclass(frozen=True)
+class NodeSnapshot:
+    """See :meth:`Ledger.node_snapshot`."""
+
+    inventory: NodeInventory
+    used: dict[str, GpuUsage]
+    held: list[tuple[str, str, Allocation]]  # (pod uid, namespace, allocation)
+
+
 @dataclass(slots=True)
 class _Record:
     """One pod's recorded allocation and what it charges."""
@@ -546,6 +555,33 @@ class Ledger:
                 )
                 for gpu in state.gpus
             }
+
+    def node_snapshot(self, node: str) -> NodeSnapshot | None:
+        """One node as a preemption decision needs it, in one snapshot: its inventory, the
+        usage counted on each GPU and the proven allocations recorded there; None for a node
+        the ledger does not know, that has no GPU, or that is blocked (what it holds is not
+        known, so what an eviction would free is not either)."""
+        with self._lock:
+            state, inventory = self._nodes.get(node), self._inventories.get(node)
+            if state is None or inventory is None or not state.gpus or self._blocks.get(node):
+                return None
+            used = {
+                gpu.uuid: GpuUsage(
+                    slots=gpu.used_slots, memory_mib=gpu.used_memory, cores=gpu.used_cores
+                )
+                for gpu in state.gpus
+            }
+            held = [
+                (uid, self._pods[uid].namespace, self._pods[uid].allocation)
+                for uid in sorted(self._by_node.get(node, ()))
+                if uid in self._pods and not uid.endswith(_UNPROVEN)
+            ]
+        return NodeSnapshot(inventory, used, held)
+
+    def quota_check(self, namespace: str) -> QuotaCheck | None:
+        """The namespace's quota with what it uses now (None: no quota)."""
+        with self._lock:
+            return self._quota_check(namespace)
 
     def gpus(self, node: str) -> list[GpuView]:
         """The node's GPUs in index order, each with its capacity and usage (one snapshot)."""

@@ -1,5 +1,6 @@
 """The calls a bind makes beyond :class:`vslice_kube.nodestate.NodeState`: read the pod now,
-and create its Binding together with the pod's allocation annotation.
+and create its Binding together with the pod's allocation annotation; and the eviction a
+preemption makes.
 
 Both return or take plain dicts; failures arrive as :class:`vslice_core.errors.ClusterError`
 with the server's Status code (404: the pod is gone, 409: it is already bound).
@@ -15,7 +16,7 @@ from kubernetes import client as k8s
 from vslice_kube.apierrors import translated
 from vslice_kube.responses import drained
 
-__all__ = ["bind_pod", "list_bound_pods", "read_pod"]
+__all__ = ["bind_pod", "evict_pod", "list_bound_pods", "read_pod"]
 
 REQUEST_TIMEOUT_S = 10.0
 
@@ -56,6 +57,39 @@ def bind_pod(
         drained(
             api.create_namespaced_binding(
                 namespace, cast(Any, body), _preload_content=False, _request_timeout=timeout_s
+            )
+        )
+
+
+def evict_pod(
+    api: k8s.CoreV1Api,
+    namespace: str,
+    name: str,
+    uid: str,
+    *,
+    dry_run: bool = False,
+    timeout_s: float = REQUEST_TIMEOUT_S,
+) -> None:
+    """Create the pod's Eviction (policy/v1), which the API server refuses with 429 while a
+    PodDisruptionBudget forbids it; ``dry_run`` asks without evicting. The uid precondition
+    keeps a newer pod of the same name from being evicted in its place (409)."""
+    options: dict[str, Any] = {"preconditions": {"uid": uid}}
+    if dry_run:
+        options["dryRun"] = ["All"]
+    body = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": name, "namespace": namespace},
+        "deleteOptions": options,
+    }
+    with translated(f"evict pod {namespace}/{name}"):
+        drained(
+            api.create_namespaced_pod_eviction(
+                name,
+                namespace,
+                cast(Any, body),
+                _preload_content=False,
+                _request_timeout=timeout_s,
             )
         )
 

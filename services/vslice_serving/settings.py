@@ -225,6 +225,13 @@ class SchedulerSettings(ServiceSettings):
         description="A filter hold for a pod the pod watch has not shown within this time "
         "(a pod that does not exist) is dropped.",
     )
+    preemption: bool = Field(
+        default=True,
+        description="A pending GPU pod that fits nowhere evicts the fewest lower-priority "
+        "slices (spec.priority) that make it fit on one node, through the Eviction API "
+        "(PodDisruptionBudgets respected; preemptionPolicy Never honoured), and that node is "
+        "held for it while they end (docs/preemption.md). false: pods wait for room.",
+    )
     allocation_key_file: str = Field(
         default="",
         description="Allocation proof keys ('<key id> <hex key>' per line): every allocation "

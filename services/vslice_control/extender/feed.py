@@ -27,6 +27,8 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from vslice_core.annotations import (
@@ -159,6 +161,38 @@ def _without(inventory: NodeInventory, refused: set[str]) -> NodeInventory:
     return inventory.model_copy(update={"gpus": gpus})
 
 
+@dataclass(frozen=True)
+class HeldBy:
+    """The pod holding a recorded allocation, as preemption compares pods."""
+
+    name: str
+    priority: int  # spec.priority (the admission's number from the PriorityClass; 0 unset)
+    started_s: float  # status.startTime, else creationTimestamp, in epoch seconds (0: unknown)
+
+
+def held_by(pod: Mapping[str, Any]) -> HeldBy:
+    spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
+    status = pod.get("status") if isinstance(pod.get("status"), Mapping) else {}
+    priority = spec.get("priority") if isinstance(spec, Mapping) else None
+    when = (status or {}).get("startTime") or metadata_of(pod).get("creationTimestamp")
+    return HeldBy(
+        name=str(metadata_of(pod).get("name", "")),
+        priority=priority if isinstance(priority, int) and not isinstance(priority, bool) else 0,
+        started_s=_epoch(when),
+    )
+
+
+def _epoch(stamp: object) -> float:
+    """An RFC 3339 time as the API server writes it (``2026-12-05T03:20:00Z``), in seconds;
+    0 for anything else (an unknown start counts as the oldest: it is evicted last)."""
+    if not isinstance(stamp, str):
+        return 0.0
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
+
+
 class PodFeed:
     """Watch handler for Pods (see the module docstring)."""
 
@@ -174,10 +208,11 @@ class PodFeed:
         self._proofs = proofs or Proofs()
         self._reports = reports or Reports()
         self._known: set[str] = set()  # uids of the pods the watch shows (any phase)
-        # Names of the pods whose allocation is recorded (only those: every pod of a large
-        # cluster would cost memory for nothing), for the metrics that name pods.
-        self._names: dict[str, str] = {}
-        self._names_lock = threading.Lock()  # the watch writes, scrapes read
+        # What is known of the pods whose allocation is recorded (only those: every pod of a
+        # large cluster would cost memory for nothing): names for the metrics that name pods,
+        # priorities and start times for preemption.
+        self._pods: dict[str, HeldBy] = {}
+        self._names_lock = threading.Lock()  # the watch writes, scrapes and filters read
 
     def exists(self, uid: str) -> bool:
         """Whether the pod watch shows a pod with this uid."""
@@ -186,7 +221,12 @@ class PodFeed:
     def names(self) -> dict[str, str]:
         """``{uid: pod name}`` of the pods whose allocation the watch has recorded."""
         with self._names_lock:
-            return dict(self._names)
+            return {uid: held.name for uid, held in self._pods.items()}
+
+    def held_by(self, uid: str) -> HeldBy | None:
+        """The pod of a recorded allocation: name, priority, start."""
+        with self._names_lock:
+            return self._pods.get(uid)
 
     def replace(self, items: list[dict[str, Any]]) -> None:
         present = {str(metadata_of(pod).get("uid", "")) for pod in items}
@@ -201,7 +241,7 @@ class PodFeed:
                 for uid in set(blocks) - present:
                     self._gone(uid)
         with self._names_lock:
-            self._names = {uid: name for uid, name in self._names.items() if uid in present}
+            self._pods = {uid: held for uid, held in self._pods.items() if uid in present}
         self._reports.overbooked(self._ledger.overbooked())
 
     def catch_up(self, items: Iterable[dict[str, Any]]) -> None:
@@ -228,7 +268,7 @@ class PodFeed:
         self._ledger.unblock(uid)
         self._reports.forget(uid)
         with self._names_lock:
-            self._names.pop(uid, None)
+            self._pods.pop(uid, None)
 
     def _apply(self, pod: Mapping[str, Any]) -> None:
         meta = metadata_of(pod)
@@ -239,13 +279,15 @@ class PodFeed:
             self._holds.drop(uid)
             self._gone(uid)
         elif value is not None and node:
-            self._record(uid, node, value, meta)
+            self._record(uid, node, value, meta, held_by(pod))
         elif node:
             pass  # a bound pod's allocation removed: what it held stays booked until it ends
         elif uid not in self._holds:
             self._ledger.release(uid)
 
-    def _record(self, uid: str, node: str, value: str, meta: Mapping[str, Any]) -> None:
+    def _record(
+        self, uid: str, node: str, value: str, meta: Mapping[str, Any], held: HeldBy
+    ) -> None:
         namespace = str(meta.get("namespace", "default"))
         name = str(meta.get("name", ""))
         try:
@@ -257,7 +299,7 @@ class PodFeed:
             return
         self._ledger.unblock(uid)
         with self._names_lock:
-            self._names[uid] = name
+            self._pods[uid] = held
         proof = annotations_of({"metadata": meta}).get(PROOF)
         why = self._proofs.problem(str(proof) if proof else None, uid, node, value)
         if why is None:

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 from vslice_core.errors import InvalidRequest
 from vslice_core.ledger import Ledger
-from vslice_kube.binding import bind_pod, list_bound_pods, read_pod
+from vslice_kube.binding import bind_pod, evict_pod, list_bound_pods, read_pod
 from vslice_kube.coreapi import core_api
 from vslice_kube.events import EventRecorder, Subject
 from vslice_kube.lease import LeaderLease, LeaseTiming
@@ -53,6 +53,7 @@ from vslice_control.extender.feed import NodeFeed, PodFeed
 from vslice_control.extender.holds import Holds
 from vslice_control.extender.leadership import LeaderGate
 from vslice_control.extender.metrics import ExtenderMetrics
+from vslice_control.extender.preemptor import Preemptor
 from vslice_control.extender.protocol import (
     encode_priorities,
     parse_binding_args,
@@ -86,6 +87,9 @@ class ApiCluster:
         self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]
     ) -> None:
         bind_pod(self._api, namespace, name, uid, node, annotations, timeout_s=self._bind_timeout)
+
+    def evict_pod(self, namespace: str, name: str, uid: str, *, dry_run: bool) -> None:
+        evict_pod(self._api, namespace, name, uid, dry_run=dry_run)
 
     def lock_node(self, node: str) -> Held:
         return self._locker.acquire(node)
@@ -308,10 +312,14 @@ def serve(config_path: str | None = None) -> int:
     )
     lease, gates = _leadership(settings, api, pod_feed)
     bind_timeout = LEASE_BIND_TIMEOUT_SECONDS if lease is not None else 10.0
+    cluster = ApiCluster(api, locker, bind_timeout)
+    preemptor = (
+        Preemptor(ledger, pod_feed, cluster, ApiEvents(recorder)) if settings.preemption else None
+    )
     extender = Extender(
         ledger,
         holds,
-        ApiCluster(api, locker, bind_timeout),
+        cluster,
         metrics,
         names=settings.resources,
         synced=synced,
@@ -319,6 +327,7 @@ def serve(config_path: str | None = None) -> int:
         pods=pod_feed,
         unknown_pod_grace=settings.unknown_pod_hold_seconds,
         gates=gates,
+        preemptor=preemptor,
     )
     standby = None if lease is None else (lambda: not lease.active())
     service = HttpService(

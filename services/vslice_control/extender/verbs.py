@@ -4,7 +4,9 @@
 not the scheduler's own scoring) and *holds* the chosen slices in the ledger at once, so the
 next pod's filter, which the scheduler may run before this pod's bind, already sees them.
 When nothing fits, every node gets its reasons (``"vslice: insufficient_memory x2"``) as
-unresolvable: preempting other pods would not free GPU slices the scheduler cannot see.
+unresolvable: kube-scheduler's own preemption cannot see which pods hold GPU memory, so it
+must not run; the :class:`~vslice_control.extender.preemptor.Preemptor` evicts lower-priority
+slices instead, and holds the freed node for the pod (docs/preemption.md).
 
 **Bind** enters the node's gate (the node lock, shared with other replicas through the node
 annotation; when it comes from another holder, the allocations the API server shows on that
@@ -52,6 +54,7 @@ from vslice_control.extender.holds import Holds
 from vslice_control.extender.leadership import NotActive
 from vslice_control.extender.metrics import ExtenderMetrics
 from vslice_control.extender.nodegate import NodeGates
+from vslice_control.extender.preemptor import Preemptor, pod_priority
 from vslice_control.extender.protocol import (
     MAX_SCORE,
     BindingArgs,
@@ -114,6 +117,7 @@ class Extender:
         pods: PodFeed | None = None,
         unknown_pod_grace: float = 5.0,
         gates: Gates | None = None,
+        preemptor: Preemptor | None = None,
     ) -> None:
         """``pods``: the pod watch's handler, which says which pods exist (holds for others
         are dropped after ``unknown_pod_grace`` seconds) and records what a bind reads back
@@ -132,6 +136,7 @@ class Extender:
         # Without a Lease (gates=None), replicas bind side by side under node locks.
         default: Gates | None = NodeGates(cluster) if cluster is not None else None
         self._gates = gates or default
+        self._preemptor = preemptor  # None: no preemption (no cluster access, or turned off)
 
     # ----- filter ------------------------------------------------------------------------
     def filter(self, args: ExtenderArgs) -> dict[str, Any]:
@@ -172,10 +177,16 @@ class Extender:
             if by_dra:
                 self._metrics.decided("filter", "fit", "dra_extended_resource")
                 return encode_filter(args, by_dra)
+        names, held = list(args.node_names), {}
+        if self._preemptor is not None:
+            # Nodes whose evicted pods are leaving for a preemptor of at least this priority
+            # are its: the room freed there goes to the pod it was freed for.
+            held = self._preemptor.held_for_others(request.uid, pod_priority(args.pod)[0])
+            names = [name for name in names if name not in held]
         for _ in range(3):  # another thread may take the chosen slices between decide and hold
-            decision = self.ledger.decide(request, args.node_names)
+            decision = self.ledger.decide(request, names)
             if decision.node is None or decision.allocation is None:
-                return self._no_fit(args, decision.nodes)
+                return self._no_fit(args, decision.nodes, request, names, held)
             # Hold first: a pod event seen meanwhile must not release what is being booked.
             self.holds.hold(request.uid, decision.node, request)
             try:
@@ -188,11 +199,25 @@ class Extender:
         self._metrics.decided("filter", "failed", "contended")
         return encode_filter(args, [], error="vslice: capacity changed while deciding, retry")
 
-    def _no_fit(self, args: ExtenderArgs, verdicts: dict[str, Any]) -> dict[str, Any]:
+    def _no_fit(
+        self,
+        args: ExtenderArgs,
+        verdicts: dict[str, Any],
+        request: PodRequest,
+        names: list[str],
+        held: dict[str, str],
+    ) -> dict[str, Any]:
         reasons = {
             name: f"vslice: {summarize_reasons(v.reasons) or 'does not fit'}"
             for name, v in verdicts.items()
         }
+        reasons |= {name: f"vslice: {why}" for name, why in held.items()}
+        if self._preemptor is not None:
+            outcome = self._preemptor.attempt(args.pod, request, names)
+            if outcome is not None and outcome.node is not None:
+                reasons[outcome.node] = f"vslice: {outcome.reason}"
+            elif outcome is not None:
+                reasons = {name: f"{why}; {outcome.reason}" for name, why in reasons.items()}
         first = next((next(iter(v.reasons), "") for v in verdicts.values() if v.reasons), "")
         self._metrics.decided("filter", "nofit", first)
         log.info(
@@ -250,6 +275,8 @@ class Extender:
         finally:
             self._metrics.bind_seconds.observe(time.perf_counter() - started)
         self._metrics.decided("bind", "bound")
+        if self._preemptor is not None:
+            self._preemptor.placed(args.pod_uid)
         log.info(
             "bound",
             extra={

@@ -90,6 +90,9 @@ def control_plane_role(values: InstallValues) -> dict[str, Any]:
             # client's create_namespaced_binding); kube-scheduler posts to pods/binding. Both,
             # as the system:kube-scheduler role grants them.
             _rule([""], ["bindings", "pods/binding"], ["create"]),
+            # Preemption evicts lower-priority slices through the Eviction API, which keeps
+            # PodDisruptionBudgets (setting preemption; docs/preemption.md).
+            _rule([""], ["pods/eviction"], ["create"]),
             _rule([""], ["nodes"], [*_READ, "patch", "update"]),
             _rule([""], ["namespaces", "resourcequotas"], _READ),
             # The webhook's DRA path: the ResourceClaimTemplate a GPU pod references (created
