@@ -10,6 +10,7 @@ a fake cluster that records them and answers 429 for the pods a budget protects.
 from __future__ import annotations
 
 import copy
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -207,3 +208,33 @@ def test_the_priority_and_start_of_a_recorded_pod_come_from_its_manifest(lab: La
     held = lab.pods.held_by("uid-old")
     assert held is not None and (held.name, held.priority) == ("old", 7)
     assert held.started_s == datetime(2026, 12, 1, 8, tzinfo=UTC).timestamp()
+
+
+def test_other_pods_are_filtered_while_an_eviction_is_in_flight(lab: Lab) -> None:
+    """The decision lock is held across the Eviction calls; a filter for a pod that fits must
+    not wait for it (it only reads the holds)."""
+    full(lab)
+    entered, release, finished = threading.Event(), threading.Event(), threading.Event()
+    evict = lab.cluster.evict_pod
+
+    def slow_evict(namespace: str, name: str, uid: str, *, dry_run: bool) -> None:
+        entered.set()
+        release.wait(10)
+        evict(namespace, name, uid, dry_run=dry_run)
+        finished.set()
+
+    lab.cluster.evict_pod = slow_evict  # type: ignore[method-assign]
+    preempting = threading.Thread(
+        target=lab.filter, args=(pending("train", 6 * GIB, 100), ["n1", "n2"])
+    )
+    preempting.start()
+    try:
+        assert entered.wait(10)
+        answer = lab.filter(pending("small", 1 * GIB, 0), ["n2"])
+        # Answered while the eviction still waits (a filter stuck behind it would only
+        # answer once the eviction had given up waiting and finished).
+        assert answer["NodeNames"] == ["n2"] and not finished.is_set()
+    finally:
+        release.set()
+        preempting.join(10)
+    assert lab.cluster.evicted == ["young"]

@@ -112,15 +112,20 @@ class Preemptor:
         self._underway: dict[str, _Underway] = {}  # preemptor uid -> what it waits for
         self._protected: dict[str, float] = {}  # pod uid -> until when
         # One preemption decision at a time: two pending pods must not pick victims from the
-        # same snapshot and evict twice as much as either needs.
-        self._lock = threading.Lock()
+        # same snapshot and evict twice as much as either needs. Held across the evictions'
+        # API calls, so only by filters that found no room; every filter reads the holds
+        # under the short state lock instead, never waiting for an eviction.
+        self._decide = threading.Lock()
+        self._state = threading.Lock()  # _underway and _protected
 
     # ----- holding nodes ----------------------------------------------------------------
     def held_for_others(self, uid: str, priority: int) -> dict[str, str]:
         """``{node: why}`` of the nodes held for a preemptor of higher priority than this
         pod's (or equal), other than this pod itself."""
         now = self._clock()
-        with self._lock:
+        with self._state:
+            if not self._underway:
+                return {}
             self._expire(now)
             return {
                 u.node: f"held for {u.label} (priority {u.priority}), whose evicted pods are ending"
@@ -130,7 +135,7 @@ class Preemptor:
 
     def placed(self, uid: str) -> None:
         """The preemptor was bound: its node is no longer held."""
-        with self._lock:
+        with self._state:
             self._underway.pop(uid, None)
 
     # ----- deciding ---------------------------------------------------------------------
@@ -143,9 +148,10 @@ class Preemptor:
         priority, policy = pod_priority(pod)
         label = f"{request.namespace}/{request.name}"
         now = self._clock()
-        with self._lock:
-            self._expire(now)
-            underway = self._underway.get(request.uid)
+        with self._decide:
+            with self._state:
+                self._expire(now)
+                underway = self._underway.get(request.uid)
             if underway is not None:
                 left = [v for v in underway.victims if self._ledger.allocation(v) is not None]
                 if left:
@@ -154,7 +160,8 @@ class Preemptor:
                         f"preempting: waiting for {len(left)} evicted pod(s) on node "
                         f"{underway.node} to end",
                     )
-                del self._underway[request.uid]  # gone, yet no fit: someone else took it
+                with self._state:  # gone, yet no fit: someone else took the room
+                    self._underway.pop(request.uid, None)
             refused: str | None = None
             # A victim its budget protects is left out and the plan made again at once: a
             # refused dry run changes nothing in the cluster, so no event would bring the
@@ -184,28 +191,38 @@ class Preemptor:
             else:
                 return Outcome(None, refused or "preemption: no eviction was allowed")
             evicted = self._evict(plan.victims, now)
-            if len(evicted) < len(plan.victims):
-                missing = len(plan.victims) - len(evicted)
-                note = f"preemption: {missing} of {len(plan.victims)} evictions were refused"
-                if not evicted:
-                    return Outcome(plan.node, note + "; trying again")
-            self._underway[request.uid] = _Underway(
-                plan.node, priority, label, tuple(v.uid for v in evicted), now + self._wait_s
-            )
+            refused_now = len(plan.victims) - len(evicted)
+            if not evicted:
+                return Outcome(
+                    plan.node, f"preemption: all {refused_now} evictions were refused; trying again"
+                )
+            with self._state:
+                self._underway[request.uid] = _Underway(
+                    plan.node, priority, label, tuple(v.uid for v in evicted), now + self._wait_s
+                )
         self._tell(pod, request, priority, plan.node, evicted)
         names = ", ".join(f"{v.label} (priority {v.priority})" for v in evicted)
+        partly = (
+            f" ({refused_now} more refused: tried again once they have ended)"
+            if refused_now
+            else ""
+        )
         return Outcome(
             plan.node,
-            f"preempting {len(evicted)} lower-priority pod(s) on node {plan.node}: {names}; "
-            "placed there once they have ended",
+            f"preempting {len(evicted)} lower-priority pod(s) on node {plan.node}: {names}"
+            f"{partly}; placed there once they have ended",
         )
 
     def _views(self, node_names: Sequence[str], uid: str, priority: int) -> list[NodeView]:
-        held = {
-            u.node for owner, u in self._underway.items() if owner != uid and u.priority >= priority
-        }
-        leaving = {v for u in self._underway.values() for v in u.victims}
         now = self._clock()
+        with self._state:
+            held = {
+                u.node
+                for owner, u in self._underway.items()
+                if owner != uid and u.priority >= priority
+            }
+            leaving = {v for u in self._underway.values() for v in u.victims}
+            protected = {u for u, until in self._protected.items() if until > now}
         views = []
         for name in node_names:
             if name in held:
@@ -226,8 +243,7 @@ class Preemptor:
                         priority=holder.priority,
                         started_s=holder.started_s,
                         # Leaving already (another preemptor's victim) frees nothing new.
-                        evictable=pod_uid not in leaving
-                        and self._protected.get(pod_uid, 0.0) <= now,
+                        evictable=pod_uid not in leaving and pod_uid not in protected,
                         allocation=allocation,
                     )
                 )
@@ -241,7 +257,8 @@ class Preemptor:
             try:
                 self._evictions.evict_pod(victim.namespace, victim.name, victim.uid, dry_run=True)
             except ClusterError as exc:
-                self._protected[victim.uid] = now + self._protected_s
+                with self._state:
+                    self._protected[victim.uid] = now + self._protected_s
                 if exc.code == 429:
                     return (
                         f"preemption: a PodDisruptionBudget forbids evicting {victim.label} "
@@ -256,7 +273,8 @@ class Preemptor:
             try:
                 self._evictions.evict_pod(victim.namespace, victim.name, victim.uid, dry_run=False)
             except ClusterError as exc:
-                self._protected[victim.uid] = now + self._protected_s
+                with self._state:
+                    self._protected[victim.uid] = now + self._protected_s
                 log.warning("eviction refused", extra={"pod": victim.label, "error": str(exc)})
                 continue
             evicted.append(victim)
