@@ -238,3 +238,14 @@ def test_other_pods_are_filtered_while_an_eviction_is_in_flight(lab: Lab) -> Non
         release.set()
         preempting.join(10)
     assert lab.cluster.evicted == ["young"]
+
+
+def test_a_pod_with_no_lower_priority_pod_anywhere_is_told_so_and_evicts_nothing(
+    lab: Lab,
+) -> None:
+    lab.running("peer", "n1", 15 * GIB, 50, "2026-12-01T08:00:00Z")
+    lab.running("other", "n2", 15 * GIB, 70, "2026-12-01T08:00:00Z")
+    answer = lab.filter(pending("train", 6 * GIB, 50), ["n1", "n2"])
+    reasons = answer["FailedAndUnresolvableNodes"]
+    assert all("preemption: no pod below priority 50 holds a slice" in r for r in reasons.values())
+    assert lab.cluster.dry_runs == [] and lab.events.seen == []

@@ -223,6 +223,11 @@ class PodFeed:
         with self._names_lock:
             return {uid: held.name for uid, held in self._pods.items()}
 
+    def lowest_priority(self) -> int | None:
+        """The lowest priority among the pods holding slices (None: no pod holds one)."""
+        with self._names_lock:
+            return min((held.priority for held in self._pods.values()), default=None)
+
     def held_by(self, uid: str) -> HeldBy | None:
         """The pod of a recorded allocation: name, priority, start."""
         with self._names_lock:

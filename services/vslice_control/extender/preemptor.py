@@ -146,6 +146,16 @@ class Preemptor:
         why not; None when preemption does not apply (priority 0 and nothing lower, or no
         GPU request)."""
         priority, policy = pod_priority(pod)
+        with self._state:
+            waiting = request.uid in self._underway
+        if not waiting:
+            # The common miss needs no node looked at: a pod that may not preempt, or one
+            # with no pod anywhere below it.
+            lowest = self._pods.lowest_priority()
+            if policy == "Never" or (priority <= 0 and (lowest is None or lowest >= priority)):
+                return None
+            if lowest is None or lowest >= priority:
+                return Outcome(None, f"preemption: no pod below priority {priority} holds a slice")
         label = f"{request.namespace}/{request.name}"
         now = self._clock()
         with self._decide:
