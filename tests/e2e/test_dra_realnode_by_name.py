@@ -28,6 +28,7 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from realnode_pods import RealNode, parse_smoke
+from test_dra_realnode import wait
 from vslice_build.images import SMOKE_IMAGE
 from vslice_core.annotations import ALLOCATION, NODE_GPUS, decode_allocation, decode_node_gpus
 from vslice_core.dra import DRIVER
@@ -37,14 +38,6 @@ from vslice_lab import lab as lab_module
 pytestmark = pytest.mark.timeout(300)
 
 EXTENDED_CLAIM = "resource.kubernetes.io/extended-resource-claim"
-
-
-def wait_for(condition: Any, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what} did not happen within {timeout:.0f}s")
-        time.sleep(0.3)
 
 
 def dra_namespace(node: RealNode, namespace: str) -> None:
@@ -150,17 +143,17 @@ def all_on_dra(real_node: RealNode, namespace: str) -> Iterator[RealNode]:
     everything = [gpu.index for gpu in real_node.all_gpus]
     try:
         set_dra_gpus(real_node, everything)
-        wait_for(lambda: node_allocatable(real_node) == "0", "nvidia.com/gpu allocatable 0")
-        wait_for(lambda: extender_gpus(real_node) == 0, "an empty GPU list for the extender")
-        wait_for(lambda: published(real_node) == len(everything), "every GPU in the slice")
+        wait(lambda: node_allocatable(real_node) == "0", "nvidia.com/gpu allocatable 0")
+        wait(lambda: extender_gpus(real_node) == 0, "an empty GPU list for the extender")
+        wait(lambda: published(real_node) == len(everything), "every GPU in the slice")
         yield real_node
     finally:
         real_node.delete_all(namespace)
         settings.write_text(original)
         lab_module.restart(real_node.lab.state_dir, f"device-plugin-{real_node.name}")
-        wait_for(lambda: node_allocatable(real_node) == str(slots), f"{slots} devices again")
-        wait_for(lambda: extender_gpus(real_node) == len(real_node.gpus), "the GPU list again")
-        wait_for(lambda: published(real_node) == len(real_node.dra_gpus), "the slice again")
+        wait(lambda: node_allocatable(real_node) == str(slots), f"{slots} devices again")
+        wait(lambda: extender_gpus(real_node) == len(real_node.gpus), "the GPU list again")
+        wait(lambda: published(real_node) == len(real_node.dra_gpus), "the slice again")
 
 
 def test_on_the_mixed_node_the_name_takes_the_device_plugin_path_and_a_whole_card(
@@ -185,7 +178,7 @@ def test_on_a_node_with_every_gpu_on_dra_the_scheduler_claims_a_whole_gpu(
     # its pod has ended, and the test reads it.
     script = "vslice-smoke memory && sleep 300"
     left_alone(whole_gpu_pod(node, namespace, "by-claim", ["sh", "-c", script]))
-    wait_for(lambda: "max_allocated_mib=" in logs_of(node, namespace, "by-claim"), "the smoke run")
+    wait(lambda: "max_allocated_mib=" in logs_of(node, namespace, "by-claim"), "the smoke run")
     seen = saw_a_whole_card(node, logs_of(node, namespace, "by-claim"))
     pod = node.lab.read_pod(namespace, "by-claim")
     assert ALLOCATION not in (pod["metadata"].get("annotations") or {})

@@ -30,13 +30,19 @@ def with_dra_node(extender: Served) -> None:
     extender.nodes.apply("ADDED", node(DRA_ONLY))
 
 
+def pending(extender: Served, name: str, **limits: str) -> dict[str, Any]:
+    """A pod the watch and the cluster both know, not yet bound."""
+    manifest = pod(name, **limits)
+    extender.pods.apply("ADDED", manifest)
+    extender.cluster.pods[name] = manifest
+    return manifest
+
+
 def test_a_pod_asking_the_count_alone_is_passed_to_the_dra_nodes_and_bound_there_plainly(
     served: Served,  # noqa: F811
 ) -> None:
     with_dra_node(served)
-    whole = pod("whole", gpu="1")
-    served.pods.apply("ADDED", whole)
-    served.cluster.pods["whole"] = whole
+    whole = pending(served, "whole", gpu="1")
     answer = served.filter(whole, ["n1", DRA_ONLY, "not-vslice"])
     assert answer["NodeNames"] == [DRA_ONLY]
     assert served.extender.holds.node("uid-whole") is None  # nothing held on n1
@@ -50,9 +56,7 @@ def test_without_a_dra_node_among_the_candidates_the_extender_places_a_whole_gpu
     served: Served,  # noqa: F811
 ) -> None:
     with_dra_node(served)
-    whole = pod("whole", gpu="1")
-    served.pods.apply("ADDED", whole)
-    served.cluster.pods["whole"] = whole
+    whole = pending(served, "whole", gpu="1")
     (chosen,) = served.filter(whole, ["n1", "n2", "not-vslice"])["NodeNames"]
     assert chosen in {"n1", "n2"}
     assert bind(served, "whole", chosen) == {"Error": ""}
@@ -64,9 +68,7 @@ def test_a_sliced_pod_is_never_passed_to_a_dra_node_nor_bound_there(
     served: Served,  # noqa: F811
 ) -> None:
     with_dra_node(served)
-    sliced = pod("sliced", gpu="1", mem="1024")
-    served.pods.apply("ADDED", sliced)
-    served.cluster.pods["sliced"] = sliced
+    sliced = pending(served, "sliced", gpu="1", mem="1024")
     answer = served.filter(sliced, [DRA_ONLY])
     assert answer["NodeNames"] in (None, [])
     assert DRA_ONLY in answer["FailedNodes"] or DRA_ONLY in answer.get(

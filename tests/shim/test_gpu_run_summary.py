@@ -27,14 +27,9 @@ def test_later():
 """
 
 
-def summarize(results: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(SUMMARY), str(results)], capture_output=True, text=True, check=False
-    )
-
-
-def test_one_line_per_check_from_real_junit_output(tmp_path: Path) -> None:
-    (tmp_path / "test_checks.py").write_text(CHECKS)
+def junit(tmp_path: Path, checks: str) -> Path:
+    """Run ``checks`` as a test file with pytest; its JUnit XML."""
+    (tmp_path / "test_checks.py").write_text(checks)
     results = tmp_path / "gpu.xml"
     subprocess.run(
         [
@@ -52,7 +47,17 @@ def test_one_line_per_check_from_real_junit_output(tmp_path: Path) -> None:
         capture_output=True,
         check=False,
     )
-    done = summarize(results)
+    return results
+
+
+def summarize(results: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(SUMMARY), str(results)], capture_output=True, text=True, check=False
+    )
+
+
+def test_one_line_per_check_from_real_junit_output(tmp_path: Path) -> None:
+    done = summarize(junit(tmp_path, CHECKS))
     assert done.returncode == 1, done
     lines = done.stdout.splitlines()
     assert len(lines) == 3, lines
@@ -63,25 +68,7 @@ def test_one_line_per_check_from_real_junit_output(tmp_path: Path) -> None:
 
 
 def test_only_passes_and_skips_exit_0_and_missing_results_exit_1(tmp_path: Path) -> None:
-    (tmp_path / "test_checks.py").write_text(CHECKS.replace("1 == 2", "2 == 2"))
-    results = tmp_path / "gpu.xml"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "test_checks.py",
-            "--junitxml",
-            str(results),
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        check=False,
-    )
-    assert summarize(results).returncode == 0
+    assert summarize(junit(tmp_path, CHECKS.replace("1 == 2", "2 == 2"))).returncode == 0
     missing = summarize(tmp_path / "absent.xml")
     assert missing.returncode == 1 and "the checks did not run" in missing.stderr
 

@@ -179,7 +179,7 @@ class Preemptor:
             for _ in range(PLANS_PER_ATTEMPT):
                 views = self._views(node_names, request.uid, priority)
                 if not any(p.priority < priority for v in views for p in v.pods):
-                    if refused is None and (policy == "Never" or priority <= 0):
+                    if refused is None and priority <= 0:  # (Never returned above)
                         return None
                     return Outcome(
                         None,
