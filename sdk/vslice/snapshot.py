@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from vslice_core.annotations import decode_allocation
+from vslice_core.annotations import IDLE_RECLAIM_AT, IDLE_SINCE, decode_allocation, decode_moment
 from vslice_core.clusterobjects import (
     FINISHED_PHASES,
     allocation_value,
@@ -54,7 +54,7 @@ from vslice_core.model import Allocation, Decision, Gpu, GpuUsage, NodeInventory
 from vslice_core.requests import pod_request, uses_gpus
 
 from vslice import dra
-from vslice.tables import AllocationRow, AllocationTable, GpuRow, GpuTable
+from vslice.tables import AllocationRow, AllocationTable, GpuRow, GpuTable, IdleMark
 
 UNRESERVED: Final = "Unreserved"
 """The phase of a DRA allocation no pod has reserved yet (it holds the GPU all the same)."""
@@ -140,6 +140,8 @@ class ClusterSnapshot:
     """Node name -> InternalIP, for the nodes with vslice GPUs."""
     dra_gpus: set[tuple[str, str]] = field(default_factory=set)
     """(node, GPU UUID) of the GPUs on the DRA path (from ResourceSlices)."""
+    idle: dict[str, IdleMark] = field(default_factory=dict)
+    """``namespace/name`` -> the idle mark of each live pod its node's monitor marked."""
     _ledgers: dict[str | None, Ledger] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
@@ -234,6 +236,8 @@ class ClusterSnapshot:
         metadata = pod.get("metadata") or {}
         value = allocation_value(pod)
         phase = pod_phase(pod)
+        if not pod_finished(pod):
+            self._add_idle(metadata)
         if value is None and phase == "Pending" and not (pod.get("spec") or {}).get("nodeName"):
             self._add_pending(pod)
         if value is None or pod_finished(pod):
@@ -247,6 +251,20 @@ class ClusterSnapshot:
             return
         uid = str(metadata.get("uid") or f"{namespace}/{name}")
         self.pods.append(PodAllocation(namespace, name, uid, shown_phase(pod), allocation))
+
+    def _add_idle(self, metadata: Mapping[str, Any]) -> None:
+        annotations = metadata.get("annotations") or {}
+        if IDLE_SINCE not in annotations:
+            return
+        holder = f"{metadata.get('namespace', 'default')}/{metadata.get('name', '')}"
+        try:
+            since = decode_moment(IDLE_SINCE, str(annotations[IDLE_SINCE]))
+            due = annotations.get(IDLE_RECLAIM_AT)
+            reclaim_at = None if due is None else decode_moment(IDLE_RECLAIM_AT, str(due))
+        except DecodeError as exc:
+            self.problems.append(f"pod {holder}: {exc}")
+            return
+        self.idle[holder] = IdleMark(since, reclaim_at)
 
     def _add_pending(self, pod: Mapping[str, Any]) -> None:
         if not uses_gpus(pod):
@@ -341,6 +359,9 @@ class ClusterSnapshot:
                         pods=tuple(holders.get((name, gpu.uuid), ())),
                         address=self.addresses.get(name, ""),
                         path="dra" if (name, gpu.uuid) in self.dra_gpus else "extender",
+                        idle_pods=tuple(
+                            h for h in holders.get((name, gpu.uuid), ()) if h in self.idle
+                        ),
                     )
                 )
         return GpuTable(rows)
@@ -369,6 +390,7 @@ class ClusterSnapshot:
 
     def _row(self, pod: PodAllocation, container: str, grant: Any) -> AllocationRow:
         gpu = self.gpu(pod.allocation.node, grant.uuid)
+        idle = self.idle.get(pod.holder)
         return AllocationRow(
             namespace=pod.namespace,
             pod=pod.name,
@@ -381,6 +403,8 @@ class ClusterSnapshot:
             cores=grant.cores,
             phase=pod.phase,
             path=pod.path,
+            idle_since=idle.since if idle else None,
+            reclaim_at=idle.reclaim_at if idle else None,
         )
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from vslice import rendering
@@ -44,6 +45,8 @@ class GpuRow:
     path: str = "extender"
     """How pods get slices of this GPU: ``extender`` (the device plugin, placed by the scheduler
     extender) or ``dra`` (ResourceClaims of vslice's DRA driver; docs/dra.md)."""
+    idle_pods: tuple[str, ...] = ()
+    """Those of ``pods`` whose slices are idle (docs/idle.md)."""
 
     @property
     def memory_free_mib(self) -> int:
@@ -74,6 +77,21 @@ class GpuRow:
 
 
 @dataclass(frozen=True)
+class IdleMark:
+    """A pod whose slices launched no kernel for a while, as its node's monitor marked it
+    (``vslice.io/idle-since``, ``vslice.io/idle-reclaim-at``; docs/idle.md)."""
+
+    since: datetime
+    """The last kernel launch the monitor saw (or when it first saw the pod)."""
+    reclaim_at: datetime | None = None
+    """When the pod will be evicted unless it launches a kernel first (its namespace opted
+    in and the pod was warned); None: it is not going to be."""
+
+    def idle_s(self, now: datetime) -> float:
+        return max(0.0, (now - self.since).total_seconds())
+
+
+@dataclass(frozen=True)
 class AllocationRow:
     """One GPU granted to one container of one pod."""
 
@@ -89,6 +107,10 @@ class AllocationRow:
     phase: str = ""
     path: str = "extender"
     """How the pod got the slice: ``extender`` (the node annotation) or ``dra`` (a claim)."""
+    idle_since: datetime | None = None
+    """The pod's last kernel launch, once its node's monitor counts it idle (docs/idle.md)."""
+    reclaim_at: datetime | None = None
+    """When the idle pod will be evicted unless it launches a kernel (opted-in namespaces)."""
 
     @property
     def holder(self) -> str:
@@ -96,6 +118,12 @@ class AllocationRow:
 
 
 Row = TypeVar("Row", GpuRow, AllocationRow)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat().replace("+00:00", "Z")
+    return value
 
 
 class Table(Sequence[Row], Generic[Row]):
@@ -124,8 +152,11 @@ class Table(Sequence[Row], Generic[Row]):
         return hash(self._rows)
 
     def records(self) -> list[dict[str, Any]]:
-        """Rows as plain dicts (field name -> value), e.g. for JSON."""
-        return [dataclasses.asdict(row) for row in self._rows]
+        """Rows as plain dicts (field name -> value) that JSON can hold: times as RFC 3339."""
+        return [
+            {key: _plain(value) for key, value in dataclasses.asdict(row).items()}
+            for row in self._rows
+        ]
 
     def to_pandas(self) -> pandas.DataFrame:
         """A DataFrame with one column per field (needs pandas, in the notebook extra)."""
@@ -133,7 +164,8 @@ class Table(Sequence[Row], Generic[Row]):
             import pandas
         except ImportError as exc:  # pragma: no cover - pandas is in the notebook extra
             raise ImportError("to_pandas() needs pandas: pip install 'vslice[notebook]'") from exc
-        return pandas.DataFrame(self.records(), columns=self._columns())
+        rows = [dataclasses.asdict(row) for row in self._rows]  # times stay datetimes
+        return pandas.DataFrame(rows, columns=self._columns())
 
     def _columns(self) -> list[str]:
         raise NotImplementedError

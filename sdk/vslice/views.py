@@ -16,16 +16,25 @@ from __future__ import annotations
 import functools
 import html
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from importlib import resources
 
 from vslice_core import whynot
+from vslice_core.idle import format_duration
 from vslice_core.model import NodeVerdict, PodRequest
 from vslice_core.quantities import format_gib
 
 from vslice import dra, rendering
 from vslice.plans import Plan, explain
 from vslice.slices import format_mib
-from vslice.tables import AllocationRow, AllocationTable, GpuRow, GpuTable, Placement
+from vslice.tables import (
+    AllocationRow,
+    AllocationTable,
+    GpuRow,
+    GpuTable,
+    IdleMark,
+    Placement,
+)
 
 # Beyond this many GPUs the HTML inventory lists nodes one line each.
 MAX_DETAILED_GPUS = 256
@@ -248,6 +257,19 @@ def memory_cell(used_mib: int, total_mib: int) -> str:
     return f"{gib(used_mib)}/{gib(total_mib)}"
 
 
+def idle_words(mark: IdleMark, now: datetime) -> str:
+    """``idle 4h02m`` and, for a warned pod, when it will be evicted (docs/idle.md)."""
+    words = f"idle {format_duration(mark.idle_s(now))}"
+    if mark.reclaim_at is not None:
+        words += f", evicted at {mark.reclaim_at:%Y-%m-%d %H:%M} UTC unless it launches a kernel"
+    return words
+
+
+def _holder_cell(row: GpuRow) -> str:
+    idle = set(row.idle_pods)
+    return ",".join(p + (" (idle)" if p in idle else "") for p in row.pods) or "-"
+
+
 def gpu_cells(row: GpuRow) -> list[str]:
     return [
         row.node,
@@ -258,7 +280,7 @@ def gpu_cells(row: GpuRow) -> list[str]:
         f"{row.slots_used}/{row.slots}",
         memory_cell(row.memory_used_mib, row.memory_mib),
         f"{row.cores_used}/{row.cores}",
-        ",".join(row.pods) or "-",
+        _holder_cell(row),
     ]
 
 

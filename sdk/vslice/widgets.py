@@ -37,7 +37,7 @@ from vslice.errors import ClusterError, InvalidRequest, VsliceError
 from vslice.plans import Plan, plan_manifest, slice_manifest
 from vslice.slices import Slice, format_mib
 from vslice.snapshot import DELETING, ClusterSnapshot, PendingPod, shown_phase
-from vslice.tables import GpuRow
+from vslice.tables import GpuRow, IdleMark
 
 if TYPE_CHECKING:
     from vslice.client import Client
@@ -66,6 +66,7 @@ COLUMNS: dict[str, int] = {
 }
 WIDGET_MARGIN = 2  # ipywidgets' --jp-widgets-margin, on each side of every widget
 MUTED = "color:var(--jp-content-font-color2, #666)"
+IDLE_STYLE = "color:var(--jp-warn-color1, #f57c00)"
 
 
 def _source(client: Client | None, source: Source | None) -> Source:
@@ -101,9 +102,15 @@ class Holding:
     holder: str
     memory_mib: int
     cores: int
+    idle: IdleMark | None = None
 
     def describe(self) -> str:
-        return f"{self.holder}: {format_mib(self.memory_mib)}, {self.cores}% cores"
+        text = f"{self.holder}: {format_mib(self.memory_mib)}, {self.cores}% cores"
+        return text + (
+            f"; {views.idle_words(self.idle, datetime.datetime.now(datetime.UTC))}"
+            if self.idle
+            else ""
+        )
 
 
 def holdings(snapshot: ClusterSnapshot) -> dict[tuple[str, str], list[Holding]]:
@@ -111,7 +118,8 @@ def holdings(snapshot: ClusterSnapshot) -> dict[tuple[str, str], list[Holding]]:
     found: dict[tuple[str, str], list[Holding]] = {}
     for pod in snapshot.pods:
         for uuid, charge in charges(pod.allocation).items():
-            share = Holding(pod.holder, charge.memory_mib, charge.cores)
+            idle = snapshot.idle.get(pod.holder)
+            share = Holding(pod.holder, charge.memory_mib, charge.cores, idle)
             found.setdefault((pod.allocation.node, uuid), []).append(share)
     return found
 
@@ -189,9 +197,17 @@ class GpuBar(w.HBox):  # type: ignore[misc]  # ipywidgets ships no types
     def _pods_html(self) -> str:
         if not self.shares:
             return f'<span style="{MUTED}">-</span>'
+        now = datetime.datetime.now(datetime.UTC)
         items = [
             f'<span title="{views.esc(s.describe())}"><code>{views.esc(s.holder)}</code> '
-            f'<span style="{MUTED}">{format_mib(s.memory_mib)}, {s.cores}%</span></span>'
+            f'<span style="{MUTED}">{format_mib(s.memory_mib)}, {s.cores}%</span>'
+            + (
+                f' <span class="vslice-idle" style="{IDLE_STYLE}">'
+                f"{views.esc(views.idle_words(s.idle, now))}</span>"
+                if s.idle
+                else ""
+            )
+            + "</span>"
             for s in self.shares
         ]
         return f'<div style="line-height:1.3;overflow-wrap:anywhere">{", ".join(items)}</div>'

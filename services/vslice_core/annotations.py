@@ -35,12 +35,14 @@ ALLOCATION = "vslice.io/allocation"
 DELIVERED = "vslice.io/delivered"
 NODE_LOCK = "vslice.io/node-lock"
 BIND_TIME = "vslice.io/bind-time"
+IDLE_SINCE = "vslice.io/idle-since"  # RFC 3339: the pod's last kernel launch, once it is idle
+IDLE_RECLAIM_AT = "vslice.io/idle-reclaim-at"  # RFC 3339: when an idle pod will be evicted
 ALLOCATION_PROOF = PROOF  # written beside the allocation, see vslice_core.proof
 
 # Pod annotations only vslice may write: the webhook removes them when a pod is created and
 # the ValidatingAdmissionPolicy refuses changes to them by anyone but vslice's identities.
 # Add any future pod state annotation here; every check reads this one tuple.
-POD_STATE = (ALLOCATION, ALLOCATION_PROOF, DELIVERED, BIND_TIME)
+POD_STATE = (ALLOCATION, ALLOCATION_PROOF, DELIVERED, BIND_TIME, IDLE_SINCE, IDLE_RECLAIM_AT)
 
 # Pod annotations a user may set, and HAMi's spelling of each.
 GPU_TYPE = "vslice.io/gpu-type"
@@ -185,6 +187,16 @@ def encode_bind_time(moment: datetime) -> str:
 
 def decode_bind_time(value: str) -> datetime:
     return _validated(BindTime, BIND_TIME, _load_versioned(BIND_TIME, value), value).time
+
+
+def encode_moment(moment: datetime) -> str:
+    """A moment as the idle annotations hold it (the shape of ``vslice.io/bind-time``)."""
+    return _dump(BindTime(time=moment.replace(microsecond=0)))
+
+
+def decode_moment(key: str, value: str) -> datetime:
+    """The moment of ``vslice.io/idle-since`` or ``vslice.io/idle-reclaim-at``."""
+    return _validated(BindTime, key, _load_versioned(key, value), value).time
 
 
 def encode_node_lock(lock: NodeLock) -> str:

@@ -21,6 +21,7 @@ from kubernetes.config import ConfigException
 from vslice_core.errors import ClusterError
 
 from vslice_kube.apierrors import translated
+from vslice_kube.binding import evict_pod
 from vslice_kube.client import api_client
 from vslice_kube.responses import drained
 from vslice_kube.watch import _events, _interrupt  # the adapter's own watch-stream helpers
@@ -139,6 +140,24 @@ class NodeState:
                     namespace, body, _preload_content=False, _request_timeout=self._timeout
                 )
             )
+
+    def labelled_namespaces(self, label: str) -> dict[str, dict[str, str]]:
+        """Name -> labels of the namespaces carrying ``label`` (the idle reclaim opt-in)."""
+        with translated(f"list namespaces labelled {label}"):
+            response: Any = self._api.list_namespace(
+                label_selector=label, _preload_content=False, _request_timeout=self._timeout
+            )
+        found: dict[str, dict[str, str]] = {}
+        for item in json.loads(response.data).get("items") or []:
+            meta = item.get("metadata") or {}
+            found[str(meta.get("name", ""))] = {
+                str(key): str(value) for key, value in (meta.get("labels") or {}).items()
+            }
+        return found
+
+    def evict_pod(self, namespace: str, name: str, uid: str) -> None:
+        """The pod's Eviction, as :func:`vslice_kube.binding.evict_pod` makes it."""
+        evict_pod(self._api, namespace, name, uid, timeout_s=self._timeout[1])
 
 
 class PodWatchStream:

@@ -505,6 +505,11 @@ def monitor_settings(name: str, layout: NodeLayout, admin: Path, port: int) -> d
         "kubeconfig": str(admin),
         "listen": f"{HOST}:{port}",
         "cache_root": str(layout.cache_root),
+        # Idle slices within seconds, so the lab's tests of idle reclaim take seconds too; a
+        # namespace still opts in with its own label (docs/idle.md).
+        "idle_after_seconds": 5,
+        "idle_check_every_seconds": 1,
+        "pod_names_every_seconds": 2,
         "dra_checkpoint": str(
             layout.kubelet_root / "plugins" / "gpu.vslice.io" / "checkpoint.json"
         ),

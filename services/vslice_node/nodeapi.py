@@ -60,6 +60,15 @@ class NodeApi(Protocol):
         """A Warning event about the pod (``kubectl describe pod`` shows it)."""
         ...
 
+    def labelled_namespaces(self, label: str) -> dict[str, dict[str, str]]:
+        """Name -> labels of every namespace that carries ``label`` (any value)."""
+        ...
+
+    def evict_pod(self, namespace: str, name: str, uid: str) -> None:
+        """Evict the pod through the Eviction API (ClusterError 429 while a
+        PodDisruptionBudget forbids it; 409 when another pod now has the name)."""
+        ...
+
 
 class ConnectingNodeApi:
     """Connects on first use and again after a failed connect, so a service starts (and keeps
@@ -95,3 +104,9 @@ class ConnectingNodeApi:
 
     def pod_event(self, namespace: str, name: str, uid: str, reason: str, message: str) -> None:
         self._target().pod_event(namespace, name, uid, reason, message)
+
+    def labelled_namespaces(self, label: str) -> dict[str, dict[str, str]]:
+        return self._target().labelled_namespaces(label)
+
+    def evict_pod(self, namespace: str, name: str, uid: str) -> None:
+        self._target().evict_pod(namespace, name, uid)

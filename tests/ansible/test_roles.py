@@ -1033,6 +1033,8 @@ def test_uninstall_deletes_every_cluster_wide_object_the_role_installs() -> None
         ),
         ("ValidatingAdmissionPolicy", variables["_vslice_uninstall_state_policy"]),
         ("ValidatingAdmissionPolicyBinding", variables["_vslice_uninstall_state_policy"]),
+        ("ValidatingAdmissionPolicy", variables["_vslice_uninstall_idle_policy"]),
+        ("ValidatingAdmissionPolicyBinding", variables["_vslice_uninstall_idle_policy"]),
         ("ValidatingAdmissionPolicy", variables["_vslice_uninstall_claim_policy"]),
         ("ValidatingAdmissionPolicyBinding", variables["_vslice_uninstall_claim_policy"]),
         ("ClusterRole", variables["_vslice_uninstall_viewer_role"]),

@@ -69,6 +69,7 @@ class RealNode:
         env: dict[str, str] | None = None,
         command: list[str] | None = None,
         image: str = SMOKE_IMAGE,
+        annotations: dict[str, str] | None = None,
     ) -> dict[str, Any]:
         """A one-container pod running ``vslice-smoke ARGS`` (or ``command``, in ``image``) on
         one of this node's GPUs (``gpu``: a UUID; default any GPU of this node)."""
@@ -89,7 +90,10 @@ class RealNode:
         body = {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {"name": name, "annotations": {"vslice.io/gpu-uuid": uuids}},
+            "metadata": {
+                "name": name,
+                "annotations": {"vslice.io/gpu-uuid": uuids, **(annotations or {})},
+            },
             "spec": {
                 "containers": [container],
                 "restartPolicy": restart,
@@ -133,6 +137,21 @@ class RealNode:
         self.smoke_pod(namespace, name, [], memory_mib=memory_mib, command=["sh", "-c", script])
         self.wait_finished(namespace, name)
         return self.logs(namespace, name)
+
+    def events(self, namespace: str, name: str) -> dict[str, str]:
+        """Reason -> message of the events about the pod (the latest of each reason)."""
+        listed = self.lab.core.list_namespaced_event(
+            namespace, field_selector=f"involvedObject.name={name}"
+        )
+        return {event.reason: event.message for event in listed.items}
+
+    def gone(self, namespace: str, name: str) -> bool:
+        """Whether the pod is deleted or its deletion has begun."""
+        try:
+            pod = self.lab.read_pod(namespace, name)
+        except ApiException as error:
+            return error.status == 404
+        return bool(pod["metadata"].get("deletionTimestamp"))
 
     def delete_all(self, namespace: str, timeout: float = 60.0) -> None:
         """Delete the namespace's pods and wait until they are gone (frees their slots)."""

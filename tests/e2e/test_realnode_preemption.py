@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 from kubernetes import client as k8s
-from kubernetes.client.exceptions import ApiException
 from realnode_pods import RealNode, running
 from vslice_build.images import SMOKE_IMAGE
 
@@ -71,21 +70,6 @@ def slice_pod(
     node.lab.core.create_namespaced_pod(namespace, body, _preload_content=False)
 
 
-def gone(node: RealNode, namespace: str, name: str) -> bool:
-    try:
-        pod = node.lab.read_pod(namespace, name)
-    except ApiException as error:
-        return error.status == 404
-    return bool(pod["metadata"].get("deletionTimestamp"))
-
-
-def events_of(node: RealNode, namespace: str, name: str) -> dict[str, str]:
-    listed = node.lab.core.list_namespaced_event(
-        namespace, field_selector=f"involvedObject.name={name}"
-    )
-    return {event.reason: event.message for event in listed.items}
-
-
 def full_gpu(node: RealNode, namespace: str, low: str) -> None:
     """GPU 0 (23,034 MiB) holds ``old`` (12,000 MiB) and, started after it, ``young``
     (8,000 MiB), both of the low class: 3,034 MiB stay free."""
@@ -104,11 +88,11 @@ def test_a_high_priority_pod_evicts_the_youngest_slice_that_frees_enough_and_run
     # Either low pod alone frees enough (10,000 MiB needed, 3,034 free): the younger goes.
     pod = real_node.wait(namespace, "train", running, "Running after preemption", timeout=60)
     assert pod["spec"]["nodeName"] == real_node.name
-    assert gone(real_node, namespace, "young")
+    assert real_node.gone(namespace, "young")
     assert real_node.lab.read_pod(namespace, "old")["status"]["phase"] == "Running"
-    said = events_of(real_node, namespace, "train")
+    said = real_node.events(namespace, "train")
     assert "Preempting" in said and "young" in said["Preempting"], said
-    victim = events_of(real_node, namespace, "young")
+    victim = real_node.events(namespace, "young")
     assert "priority 1000 > 0" in victim.get("Preempted", ""), victim
 
 
@@ -122,7 +106,7 @@ def test_equal_priority_evicts_nothing_and_the_pod_says_why_it_waits(
     assert not pod["spec"].get("nodeName")
     message = " ".join(c.get("message", "") for c in pod["status"].get("conditions") or [])
     assert "vslice:" in message, message
-    assert not gone(real_node, namespace, "old") and not gone(real_node, namespace, "young")
+    assert not real_node.gone(namespace, "old") and not real_node.gone(namespace, "young")
 
 
 def test_a_disruption_budget_keeps_its_pod_and_the_other_is_evicted(
@@ -137,5 +121,5 @@ def test_a_disruption_budget_keeps_its_pod_and_the_other_is_evicted(
     full_gpu(real_node, namespace, classes["low"])
     slice_pod(real_node, namespace, "train", 10000, classes["high"])
     real_node.wait(namespace, "train", running, "Running after preemption", timeout=90)
-    assert gone(real_node, namespace, "old")
+    assert real_node.gone(namespace, "old")
     assert real_node.lab.read_pod(namespace, "young")["status"]["phase"] == "Running"

@@ -38,6 +38,9 @@ FORGED = {
     "vslice.io/allocation-proof": "v1:lab-1:00",
     DELIVERED: '{"version": 1, "node": "lab-t4", "containers": ["main"], "time": "2100-01-01"}',
     "vslice.io/bind-time": '{"version": 1, "time": "2020-01-01T00:00:00Z"}',
+    # Idle marks a tenant might preset to look busy, or to see a far-off reclaim time.
+    "vslice.io/idle-since": '{"version": 1, "time": "2100-01-01T00:00:00Z"}',
+    "vslice.io/idle-reclaim-at": '{"version": 1, "time": "2100-01-01T00:00:00Z"}',
 }
 
 

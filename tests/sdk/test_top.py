@@ -187,7 +187,7 @@ def test_watch_redraws_until_ctrl_c_and_then_exits_0(
     monkeypatch.setattr(top, "connect", lambda args: Client())
     monkeypatch.setattr(top.time, "sleep", sleep)
     monkeypatch.setattr(top.sys.stdout, "isatty", lambda: tty)
-    args = argparse.Namespace(kubeconfig=None, node=None, json=False, watch=0.5)
+    args = argparse.Namespace(kubeconfig=None, node=None, json=False, watch=0.5, idle=None)
     assert top.run(args) == 0
     out = capsys.readouterr().out
     assert pauses == [0.5, 0.5] and out.count("PENDING (1 waiting") == 2

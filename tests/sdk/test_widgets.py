@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ from api_objects import A100, cluster_objects, node, pod
 from vslice import ClusterError, InvalidRequest, Slice, VsliceError
 from vslice.snapshot import ClusterSnapshot
 from vslice.widgets import ANY_MODEL, ClusterView, PodFollower, SlicePicker, pod_status
+from vslice_core.annotations import IDLE_RECLAIM_AT, IDLE_SINCE, encode_moment
 
 
 def pending_pod(namespace: str, name: str, memory_mib: int) -> dict[str, Any]:
@@ -105,6 +107,21 @@ def test_every_bar_has_a_tooltip_with_each_pods_share() -> None:
     assert "team-a/train: 40 GiB, 50% cores" in first.cores.tooltip
     assert 'title="team-b/infer: 20 GiB, 30% cores"' in first.pods.value
     assert "40 GiB, 50%" in first.pods.value
+
+
+def test_an_idle_pod_shows_how_long_and_when_it_is_given_back() -> None:
+    source = ChangingCluster()
+    notes = source.pods[0]["metadata"]["annotations"]  # team-a/train
+    since = datetime.now(UTC) - timedelta(hours=4, minutes=2)
+    notes[IDLE_SINCE] = encode_moment(since)
+    notes[IDLE_RECLAIM_AT] = encode_moment(datetime(2030, 1, 2, 3, 4, tzinfo=UTC))
+    first = ClusterView(source=source).rows.children[0]
+    assert 'class="vslice-idle"' in first.pods.value
+    assert "idle 4h02m, evicted at 2030-01-02 03:04 UTC unless it launches a kernel" in (
+        first.pods.value
+    )
+    assert first.pods.value.count("vslice-idle") == 1  # team-b/infer is busy
+    assert "team-a/train: 40 GiB, 50% cores; idle 4h02m" in first.memory.tooltip
 
 
 def described(root: Any) -> list[Any]:

@@ -63,6 +63,9 @@ class MemoryNodeApi:
         self.before_call: Callable[[str], None] = lambda name: None
         self.calls: collections.Counter[str] = collections.Counter()
         self.events: list[dict[str, str]] = []  # pod_event calls, in order
+        self.namespaces: dict[str, dict[str, str]] = {}  # name -> labels
+        self.blocked_evictions: set[tuple[str, str]] = set()  # a PodDisruptionBudget says no
+        self.evicted: list[tuple[str, str]] = []  # evict_pod calls that succeeded, in order
 
     # -- the test's side -----------------------------------------------------------------------
 
@@ -183,6 +186,31 @@ class MemoryNodeApi:
                     "message": message,
                 }
             )
+
+    def labelled_namespaces(self, label: str) -> dict[str, dict[str, str]]:
+        self._call("labelled_namespaces", f"list namespaces labelled {label}")
+        with self._lock:
+            return {
+                name: dict(labels) for name, labels in self.namespaces.items() if label in labels
+            }
+
+    def evict_pod(self, namespace: str, name: str, uid: str) -> None:
+        what = f"evict pod {namespace}/{name}"
+        self._call("evict_pod", what, write=True)
+        with self._lock:
+            pod = self._pods.get((namespace, name))
+            if pod is None:
+                raise ClusterError(f'{what}: 404 pods "{name}" not found', code=404)
+            if pod["metadata"].get("uid") != uid:
+                raise ClusterError(f"{what}: 409 Precondition failed: UID {uid}", code=409)
+            if (namespace, name) in self.blocked_evictions:
+                raise ClusterError(
+                    f"{what}: 429 Cannot evict pod as it would violate the pod's disruption "
+                    "budget.",
+                    code=429,
+                )
+            self.evicted.append((namespace, name))
+            self._store((namespace, name), None)
 
 
 class MemoryWatch:

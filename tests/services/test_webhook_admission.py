@@ -332,6 +332,8 @@ def test_the_state_annotations_include_the_allocation_proof() -> None:
         "vslice.io/allocation-proof",
         "vslice.io/delivered",
         "vslice.io/bind-time",
+        "vslice.io/idle-since",
+        "vslice.io/idle-reclaim-at",
     }
 
 

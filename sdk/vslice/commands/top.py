@@ -1,7 +1,9 @@
 """``vslice top``: per node and per GPU, slots, memory (GiB) and cores allocated of the total,
 the node's address and the pods holding each GPU; then the pods waiting for a slice with the
 reason each one waits, and a footer saying what the totals cover (the cluster, or the nodes
-chosen with ``--node``). ``--watch`` redraws until Ctrl-C.
+chosen with ``--node``). A pod whose slices are idle (its node's monitor marked it; docs/idle.md)
+is shown ``(idle)``; ``--idle [DURATION]`` lists, instead, the slices idle longer than that,
+with how long and when each will be given back. ``--watch`` redraws until Ctrl-C.
 
 Everything shown is built by the pure functions below from one snapshot; ``run`` only reads
 the cluster and writes.
@@ -15,6 +17,9 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from vslice_core.idle import format_duration, parse_duration
 
 from vslice.commands.options import EXIT_OK, add_connection_arguments, connect, fail
 from vslice.commands.waiting import asks, why_waiting
@@ -23,6 +28,7 @@ from vslice.snapshot import ClusterSnapshot
 from vslice.tables import GpuTable
 from vslice.views import (
     footer,
+    gib,
     gpu_rows_text,
     memory_cell,
     text_table,
@@ -43,6 +49,16 @@ def watch_seconds(value: str) -> float:
     return seconds
 
 
+def idle_duration(value: str) -> float:
+    """``--idle``'s threshold: a duration such as ``2h`` (empty: every idle slice)."""
+    if not value:
+        return 0.0
+    try:
+        return parse_duration(value, field="--idle")
+    except InvalidRequest as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--idle: ")) from exc
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_connection_arguments(parser)
     parser.add_argument("--node", action="append", help="only this node (repeatable)")
@@ -54,6 +70,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=watch_seconds,
         metavar="SECONDS",
         help=f"redraw every SECONDS (default {DEFAULT_WATCH_S:g}) until Ctrl-C",
+    )
+    parser.add_argument(
+        "--idle",
+        nargs="?",
+        const="",
+        type=idle_duration,
+        metavar="DURATION",
+        help="list the slices idle longer than DURATION (e.g. 30m, 4h; default: every slice "
+        "its node counts idle), how long each has been and when it will be given back",
     )
 
 
@@ -79,6 +104,80 @@ def pending_lines(snapshot: ClusterSnapshot) -> list[PendingLine]:
         )
         for pending in snapshot.pending
     ]
+
+
+@dataclass(frozen=True)
+class IdleLine:
+    """A pod whose slices launched no kernel for ``idle_s`` (docs/idle.md)."""
+
+    pod: str
+    node: str
+    gpus: str
+    memory_mib: int
+    idle_s: float
+    reclaim_at: datetime | None
+
+    def record(self) -> dict[str, object]:
+        due = self.reclaim_at.isoformat().replace("+00:00", "Z") if self.reclaim_at else None
+        return {
+            "pod": self.pod,
+            "node": self.node,
+            "gpus": self.gpus,
+            "memory_mib": self.memory_mib,
+            "idle_seconds": round(self.idle_s),
+            "reclaim_at": due,
+        }
+
+
+def idle_lines(
+    snapshot: ClusterSnapshot, nodes: Sequence[str] | None, longer_than_s: float, now: datetime
+) -> list[IdleLine]:
+    """The live pods idle at least ``longer_than_s``, longest idle first."""
+    lines = []
+    for pod in snapshot.pods:
+        mark = snapshot.idle.get(pod.holder)
+        if mark is None or (nodes and pod.allocation.node not in nodes):
+            continue
+        if mark.idle_s(now) < longer_than_s:
+            continue
+        grants = [grant for container in pod.allocation.containers for grant in container.gpus]
+        lines.append(
+            IdleLine(
+                pod=pod.holder,
+                node=pod.allocation.node,
+                gpus=",".join(sorted({str(grant.index) for grant in grants})),
+                memory_mib=sum(grant.memory_mib for grant in grants),
+                idle_s=mark.idle_s(now),
+                reclaim_at=mark.reclaim_at,
+            )
+        )
+    return sorted(lines, key=lambda line: (-line.idle_s, line.pod))
+
+
+def idle_text(lines: Sequence[IdleLine], longer_than_s: float) -> str:
+    """The text of ``vslice top --idle``."""
+    held = gib(sum(line.memory_mib for line in lines))
+    than = f"longer than {format_duration(longer_than_s)}" if longer_than_s else "now"
+    if not lines:
+        return f"No slice is idle {than}."
+    rows = [
+        [
+            line.pod,
+            line.node,
+            line.gpus,
+            gib(line.memory_mib),
+            format_duration(line.idle_s),
+            f"{line.reclaim_at:%Y-%m-%d %H:%M} UTC" if line.reclaim_at else "-",
+        ]
+        for line in lines
+    ]
+    table = text_table(["POD", "NODE", "GPU", "MEMORY(GiB)", "IDLE", "RECLAIMED AT"], rows)
+    end = (
+        f"{len(lines)} pod{'' if len(lines) == 1 else 's'} idle {than} hold {held} GiB of GPU "
+        "memory; RECLAIMED AT is set where the namespace gives idle slices back "
+        "(docs/idle.md)"
+    )
+    return table + "\n" + "-" * min(len(end), 100) + "\n" + end
 
 
 def select_nodes(gpus: GpuTable, nodes: Sequence[str] | None) -> GpuTable:
@@ -136,9 +235,20 @@ def warnings(snapshot: ClusterSnapshot, gpus: GpuTable) -> list[str]:
     return found
 
 
-def frame(snapshot: ClusterSnapshot, nodes: Sequence[str] | None, as_json: bool) -> str:
-    """What one look at the cluster prints on stdout."""
+def frame(
+    snapshot: ClusterSnapshot,
+    nodes: Sequence[str] | None,
+    as_json: bool,
+    idle: float | None = None,
+    now: datetime | None = None,
+) -> str:
+    """What one look at the cluster prints on stdout (``idle``: the ``--idle`` list)."""
     gpus = select_nodes(snapshot.gpus(), nodes)
+    if idle is not None:
+        lines = idle_lines(snapshot, nodes, idle, now or datetime.now(UTC))
+        if as_json:
+            return json.dumps([line.record() for line in lines], indent=2)
+        return idle_text(lines, idle)
     if as_json:
         return json.dumps(gpus.records(), indent=2)
     return render(gpus, pending_lines(snapshot), nodes)
@@ -148,7 +258,7 @@ def frame(snapshot: ClusterSnapshot, nodes: Sequence[str] | None, as_json: bool)
 
 
 def _show(snapshot: ClusterSnapshot, args: argparse.Namespace, clear: bool) -> None:
-    text = frame(snapshot, args.node, args.json)
+    text = frame(snapshot, args.node, args.json, args.idle)
     if clear:
         stamp = time.strftime("%H:%M:%S")
         sys.stdout.write(f"{CLEAR_SCREEN}every {args.watch:g}s, {stamp} (Ctrl-C stops)\n\n")

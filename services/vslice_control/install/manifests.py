@@ -22,6 +22,7 @@ from vslice_control.install import (
     apiserver,
     claimreservation,
     dra,
+    idlepolicy,
     monitoring,
     namespaces,
     rbac,
@@ -46,6 +47,7 @@ PARTS: tuple[Part, ...] = (
     Part("namespace", namespaces.vslice_namespace, True, "vslice's namespace"),
     Part("rbac", rbac.objects, True, "service accounts, tokens, ClusterRoles, bindings"),
     Part("state-policy", statepolicy.objects, True, "the state-annotation policy and binding"),
+    Part("idle-policy", idlepolicy.objects, True, "the idle-reclaim settings' policy and binding"),
     Part(
         "claim-reservation-policy",
         claimreservation.objects,

@@ -123,6 +123,12 @@ def node_role() -> dict[str, Any]:
             _rule([""], ["pods"], [*_READ, "patch"]),
             _rule([""], ["nodes"], [*_READ, "patch"]),
             _rule(["", "events.k8s.io"], ["events"], ["create", "patch"]),
+            # The monitor's idle reclaim (docs/idle.md): which namespaces opt in (their
+            # labels), and the eviction of an idle pod on its own node, which keeps
+            # PodDisruptionBudgets. RBAC cannot narrow either to one node's pods; the monitor
+            # evicts only pods of its node (docs/security.md).
+            _rule([""], ["namespaces"], ["list"]),
+            _rule([""], ["pods/eviction"], ["create"]),
             # The DRA driver (node agent setting dra): the node's ResourceSlice, and the claims
             # the kubelet asks it to prepare (read for their allocation).
             _rule(["resource.k8s.io"], ["resourceslices"], [*_READ, "create", "update"]),

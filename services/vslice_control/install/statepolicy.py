@@ -29,15 +29,15 @@ POLICY_NAME = "vslice-state-annotations"
 ADMISSION_API = "admissionregistration.k8s.io/v1"
 
 
-def _cel_list(items: Sequence[str]) -> str:
+def cel_list(items: Sequence[str]) -> str:
     return json.dumps(list(items)).replace('"', "'")
 
 
 def exempt_condition(users: Sequence[str], groups: Sequence[str]) -> str:
     """CEL that is true for a request made by anyone but vslice's identities."""
     return (
-        f"!(request.userInfo.username in {_cel_list(users)}) && "
-        f"!request.userInfo.groups.exists(g, g in {_cel_list(groups)})"
+        f"!(request.userInfo.username in {cel_list(users)}) && "
+        f"!request.userInfo.groups.exists(g, g in {cel_list(groups)})"
     )
 
 
@@ -83,7 +83,7 @@ def policy(users: Sequence[str], groups: Sequence[str], excluded: Sequence[str])
                 {"name": "not-vslice", "expression": exempt_condition(users, groups)}
             ],
             "variables": [
-                {"name": "keys", "expression": _cel_list(POD_STATE)},
+                {"name": "keys", "expression": cel_list(POD_STATE)},
                 {
                     "name": "new",
                     "expression": "has(object.metadata.annotations) ? "

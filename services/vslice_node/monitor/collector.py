@@ -103,13 +103,19 @@ class Idleness:
         self._lock = threading.Lock()
 
     def observe(self, key: UsageKey, launches: int) -> float:
+        """Seconds since the count last changed."""
         now = self._clock()
+        return now - self.changed_at(key, launches, now)
+
+    def changed_at(self, key: UsageKey, launches: int, now: float | None = None) -> float:
+        """The clock when this count was first seen (``now`` when it is new)."""
+        seen = self._clock() if now is None else now
         with self._lock:
             previous = self._changed.get(key)
             if previous is None or previous[0] != launches:
-                self._changed[key] = (launches, now)
-                return 0.0
-            return now - previous[1]
+                self._changed[key] = (launches, seen)
+                return seen
+            return previous[1]
 
     def forget_except(self, live: set[UsageKey]) -> None:
         with self._lock:

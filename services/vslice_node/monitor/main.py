@@ -8,9 +8,10 @@ scraping Prometheus, an operator) and 403 to anyone else; /healthz stays open to
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from prometheus_client.registry import Collector
 from vslice_serving.httpserve import (
     HttpService,
     Response,
@@ -22,7 +23,8 @@ from vslice_serving.settings import load_settings
 
 from vslice_node.handover.checkpoint import prepared_claims
 from vslice_node.metrics import NodeMetrics
-from vslice_node.monitor.collector import ContainerCollector, no_pods
+from vslice_node.monitor.collector import ContainerCollector, Idleness, no_pods
+from vslice_node.monitor.idlereclaim import IdleReclaimer, IdleSettings
 from vslice_node.monitor.nodegpus import NodeGpuCollector, start_nvml
 from vslice_node.monitor.podnames import PodLookup, PodNames
 from vslice_node.monitor.regions import RegionReader
@@ -50,12 +52,19 @@ no_names = no_pods
 
 
 def metrics_service(
-    settings: MonitorSettings, pods: PodLookup
+    settings: MonitorSettings,
+    pods: PodLookup,
+    idleness: Idleness | None = None,
+    more: Sequence[Collector] = (),
 ) -> tuple[HttpService, list[Callable[[], None]]]:
     """The HTTP service and the cleanups it needs at shutdown."""
     served = NodeMetrics(settings.node_name)
     reader = RegionReader(Path(settings.cache_root))
-    served.registry.register(ContainerCollector(reader, pods, hami=settings.hami_metrics))
+    served.registry.register(
+        ContainerCollector(reader, pods, idleness=idleness, hami=settings.hami_metrics)
+    )
+    for collector in more:
+        served.registry.register(collector)
     cleanups: list[Callable[[], None]] = []
     nvml = start_nvml() if settings.backend == "nvml" else None
     if nvml is not None:
@@ -73,6 +82,23 @@ def metrics_service(
     return http, cleanups
 
 
+def idle_reclaimer(
+    settings: MonitorSettings, api: NodeApi, names: PodNames, idleness: Idleness
+) -> IdleReclaimer:
+    return IdleReclaimer(
+        api,
+        names.latest,
+        RegionReader(Path(settings.cache_root)),
+        idleness,
+        IdleSettings(
+            idle_after_s=settings.idle_after_seconds,
+            grace_s=settings.idle_grace_seconds,
+            reclaim=settings.idle_reclaim,
+            every_s=settings.idle_check_every_seconds,
+        ),
+    )
+
+
 def serve(config_path: str | None) -> int:
     """Run the monitor; the exit status (2 for bad settings)."""
     # An InvalidRequest here reaches `vslice serve`, which prints it and exits 2.
@@ -80,10 +106,13 @@ def serve(config_path: str | None) -> int:
     configure_logging("monitor", settings.log_level)
     pod_names: PodLookup = no_names
     cleanups: list[Callable[[], None]] = []
+    idleness = Idleness()
+    collectors: list[Collector] = []
     if settings.pod_names:
         checkpoint = Path(settings.dra_checkpoint)
+        api = connect_api(settings)
         names = PodNames(
-            connect_api(settings),
+            api,
             settings.node_name,
             settings.pod_names_every_seconds,
             claims=lambda: prepared_claims(checkpoint),
@@ -91,7 +120,12 @@ def serve(config_path: str | None) -> int:
         names.start()
         pod_names = names
         cleanups.append(names.stop)
-    http, more = metrics_service(settings, pod_names)
+        # Idle slices need the pods' names and the API (the opt-in, events, evictions).
+        reclaimer = idle_reclaimer(settings, api, names, idleness)
+        reclaimer.start()
+        collectors.append(reclaimer.metrics)
+        cleanups.append(reclaimer.stop)
+    http, more = metrics_service(settings, pod_names, idleness, collectors)
     log.info(
         "monitor starting",
         extra={

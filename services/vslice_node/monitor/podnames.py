@@ -60,6 +60,7 @@ class _Listing:
     names: dict[str, tuple[str, str]]
     finished: frozenset[str]  # pod and claim uids whose pods ended
     at: float  # the clock when the list was asked for
+    pods: tuple[dict[str, Any], ...] = ()  # the pods as listed (the idle reclaimer reads them)
 
 
 class PodNames:
@@ -113,6 +114,12 @@ class PodNames:
         }
         return PodView(listing.names, frozenset(ended))
 
+    def latest(self) -> tuple[tuple[dict[str, Any], ...], Mapping[str, tuple[str, str]]] | None:
+        """The node's pods and the uid -> (namespace, pod) names of the latest list; None
+        while the latest list failed (nothing may be decided on an old one)."""
+        listing = self._listing
+        return (listing.pods, listing.names) if self._current else None
+
     def _needs_list(self, first_seen: Mapping[str, float], now: float) -> bool:
         listing = self._listing
         if not self._current and now - self._refreshed < MIN_REFRESH_S:
@@ -150,7 +157,7 @@ class PodNames:
         claims = self.claims()
         names.update(claim_names(claims, pods))
         finished |= claims_of_finished_pods(claims, pods)
-        self._listing = _Listing(names, frozenset(finished), started)
+        self._listing = _Listing(names, frozenset(finished), started, tuple(pods))
         self._current = True
 
     def start(self) -> None:

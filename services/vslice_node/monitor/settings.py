@@ -33,6 +33,27 @@ class MonitorSettings(NodeServiceSettings, NodeTlsSettings):
     pod_names_every_seconds: float = Field(
         default=30.0, gt=0, description="How often pod names are refreshed from the API server."
     )
+    idle_after_seconds: float = Field(
+        default=600.0,
+        gt=0,
+        description="A slice none of whose containers launched a kernel this long is idle: "
+        "marked vslice.io/idle-since, counted in vslice_idle_memory_gib_hours_total and listed "
+        "by vslice top --idle (docs/idle.md).",
+    )
+    idle_reclaim: bool = Field(
+        default=True,
+        description="Warn and then evict idle pods in namespaces that opt in with the label "
+        "vslice.io/idle-reclaim (none does by default); false: never on this node.",
+    )
+    idle_grace_seconds: float = Field(
+        default=1800.0,
+        gt=0,
+        description="Between the warning and the eviction, where the namespace's label "
+        "vslice.io/idle-grace does not say.",
+    )
+    idle_check_every_seconds: float = Field(
+        default=30.0, gt=0, description="How often idle slices are checked."
+    )
     dra_checkpoint: str = Field(
         default="/var/lib/kubelet/plugins/gpu.vslice.io/checkpoint.json",
         description="The DRA driver's record of prepared claims: regions of the DRA path are "
