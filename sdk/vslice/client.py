@@ -26,7 +26,7 @@ from vslice_core.dra import DRIVER
 from vslice_kube.workloads import Workloads
 
 from vslice import dra, manifests
-from vslice.errors import InvalidRequest
+from vslice.errors import ClusterError, InvalidRequest
 from vslice.plans import Plan, plan_manifest, slice_manifest
 from vslice.slices import Slice
 from vslice.snapshot import ClusterSnapshot
@@ -211,7 +211,7 @@ class Client:
             namespace=ns,
             claims=dra.chain(objects, self._claim_lookup),
         )
-        if not queue:
+        if not queue and not self._may_preempt(wanted, plan):
             plan.raise_for_fit()
         # The claims first: a pod naming a template that does not exist yet waits for it.
         for (kind, where, _), body in objects.items():
@@ -226,6 +226,38 @@ class Client:
         return Workload(
             self._calls, manifest["kind"], ns, created["metadata"]["name"], snapshot=self.snapshot
         )
+
+    def _may_preempt(self, wanted: Slice | None, plan: Plan) -> bool:
+        """Whether a slice that does not fit now is created all the same because its
+        PriorityClass outranks a running slice: preemption may make room for it
+        (docs/preemption.md). A PriorityClass that does not exist is refused here."""
+        if wanted is None or wanted.priority_class is None:
+            return False
+        value = self._priority_value(wanted.priority_class)
+        if plan.fits or value is None:
+            return False
+        return any(pod.priority < value for pod in self.snapshot().pods)
+
+    def _priority_value(self, name: str) -> int | None:
+        """The PriorityClass's value; None when the classes cannot be read (the API server
+        then checks the name itself when the pod is created)."""
+        try:
+            classes = self._calls.list_priority_classes()
+        except ClusterError:
+            return None
+        values = {
+            str((c.get("metadata") or {}).get("name", "")): int(c.get("value") or 0)
+            for c in classes
+        }
+        if name not in values:
+            known = ", ".join(f"{n} ({v})" for n, v in sorted(values.items(), key=lambda i: -i[1]))
+            raise InvalidRequest(
+                f"priority_class: no PriorityClass {name!r} in this cluster; it has "
+                f"{known or 'none'} (an administrator creates them)",
+                field="priority_class",
+                value=name,
+            )
+        return values[name]
 
     def _as_manifest(
         self, request: SliceLike | Mapping[str, Any] | str

@@ -98,7 +98,15 @@ def job_manifest(pod: Mapping[str, Any], *, backoff_limit: int = 0) -> dict[str,
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": job_meta,
-        "spec": {"backoffLimit": backoff_limit, "template": template},
+        "spec": {
+            "backoffLimit": backoff_limit,
+            # A pod evicted to make room (priority preemption) or to give an idle slice back
+            # did not fail: the Job makes a new one instead of counting it against the limit.
+            "podFailurePolicy": {
+                "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]
+            },
+            "template": template,
+        },
     }
 
 
@@ -148,6 +156,8 @@ def apply_slice(
         resources.setdefault("limits", {}).update(slice.limits())
     if slice.annotations():
         metadata.setdefault("annotations", {}).update(slice.annotations())
+    if slice.priority_class:
+        spec["priorityClassName"] = slice.priority_class
     return result
 
 

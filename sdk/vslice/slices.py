@@ -41,6 +41,10 @@ from vslice_core.resources import DEFAULT_RESOURCE_NAMES, ResourceNames
 
 from vslice.errors import InvalidRequest
 
+# A PriorityClass name is a DNS subdomain (RFC 1123), as Kubernetes validates object names.
+_DNS_SUBDOMAIN = re.compile(
+    r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+)
 MAX_GPUS: Final = 64
 
 _PERCENT = re.compile(r"^\s*(?P<number>-?\d+(?:\.\d+)?)\s*%\s*$")
@@ -129,6 +133,11 @@ class Slice(BaseModel):
     path: SlicePath = Field(
         "extender", description="extender (default: limits and annotations) or dra (a claim)."
     )
+    priority_class: str | None = Field(
+        None,
+        description="The pod's PriorityClass: a higher one may preempt lower-priority slices "
+        "when the GPUs are full (docs/preemption.md).",
+    )
 
     def __init__(
         self,
@@ -144,6 +153,7 @@ class Slice(BaseModel):
         gpu_policy: str | None = None,
         numa_bind: bool = False,
         path: str = "extender",
+        priority_class: str | None = None,
         **fields: Any,
     ) -> None:
         data: dict[str, Any] = {
@@ -157,6 +167,7 @@ class Slice(BaseModel):
             "gpu_policy": gpu_policy,
             "numa_bind": numa_bind,
             "path": path,
+            "priority_class": priority_class,
             **fields,
         }
         if memory is not None:
@@ -213,6 +224,18 @@ class Slice(BaseModel):
                 f"{info.field_name} must be one of {', '.join(sorted(choices))}, got {value!r}"
             )
         return name
+
+    @field_validator("priority_class", mode="before")
+    @classmethod
+    def _priority_class(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        if not isinstance(value, str) or not _DNS_SUBDOMAIN.fullmatch(value):
+            raise ValueError(
+                "priority_class must be a PriorityClass name (lower-case letters, digits, '-' "
+                f"and '.', at most 253 characters), got {value!r}"
+            )
+        return value
 
     @field_validator("path", mode="before")
     @classmethod
@@ -299,6 +322,8 @@ class Slice(BaseModel):
             parts.append("type " + "|".join(self.gpu_type))
         if self.path == "dra":
             parts.append("DRA path")
+        if self.priority_class:
+            parts.append(f"priority {self.priority_class}")
         return ", ".join(parts)
 
     def __str__(self) -> str:

@@ -93,6 +93,8 @@ class PodAllocation:
     """``namespace/name`` of the ResourceClaim (DRA path only)."""
     shared_with: tuple[str, ...] = ()
     """Other pods (``namespace/name``) the claim is reserved for: they share this allocation."""
+    priority: int = 0
+    """The pod's ``spec.priority`` (set from its PriorityClass at admission; 0 without)."""
 
     @property
     def holder(self) -> str:
@@ -113,6 +115,17 @@ class PendingPod:
     @property
     def holder(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+
+def idle_mark(metadata: Mapping[str, Any]) -> IdleMark | None:
+    """The idle mark its node's monitor put on a pod (docs/idle.md); None when the pod is not
+    idle; DecodeError for a malformed one."""
+    annotations = metadata.get("annotations") or {}
+    if IDLE_SINCE not in annotations:
+        return None
+    since = decode_moment(IDLE_SINCE, str(annotations[IDLE_SINCE]))
+    due = annotations.get(IDLE_RECLAIM_AT)
+    return IdleMark(since, None if due is None else decode_moment(IDLE_RECLAIM_AT, str(due)))
 
 
 def internal_ip(node: Mapping[str, Any]) -> str:
@@ -250,21 +263,27 @@ class ClusterSnapshot:
             self.problems.append(f"pod {namespace}/{name}: {exc}")
             return
         uid = str(metadata.get("uid") or f"{namespace}/{name}")
-        self.pods.append(PodAllocation(namespace, name, uid, shown_phase(pod), allocation))
+        priority = (pod.get("spec") or {}).get("priority")
+        self.pods.append(
+            PodAllocation(
+                namespace,
+                name,
+                uid,
+                shown_phase(pod),
+                allocation,
+                priority=priority if isinstance(priority, int) else 0,
+            )
+        )
 
     def _add_idle(self, metadata: Mapping[str, Any]) -> None:
-        annotations = metadata.get("annotations") or {}
-        if IDLE_SINCE not in annotations:
-            return
         holder = f"{metadata.get('namespace', 'default')}/{metadata.get('name', '')}"
         try:
-            since = decode_moment(IDLE_SINCE, str(annotations[IDLE_SINCE]))
-            due = annotations.get(IDLE_RECLAIM_AT)
-            reclaim_at = None if due is None else decode_moment(IDLE_RECLAIM_AT, str(due))
+            mark = idle_mark(metadata)
         except DecodeError as exc:
             self.problems.append(f"pod {holder}: {exc}")
             return
-        self.idle[holder] = IdleMark(since, reclaim_at)
+        if mark is not None:
+            self.idle[holder] = mark
 
     def _add_pending(self, pod: Mapping[str, Any]) -> None:
         if not uses_gpus(pod):

@@ -10,21 +10,27 @@ is the newest one the Job created.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from vslice_core.annotations import ALLOCATION, decode_allocation
 from vslice_core.clusterobjects import allocation_value, node_inventory, node_name
 from vslice_core.dra import DRIVER
 from vslice_core.errors import DecodeError
+from vslice_core.idle import RECLAIMED
+from vslice_core.preemption import PREEMPTED, preemptor_of
 from vslice_core.requests import uses_gpus
 
 from vslice import progress
 from vslice.errors import ClusterError, InvalidRequest, Stalled, Timeout
-from vslice.snapshot import ClusterSnapshot, shown_phase
-from vslice.tables import AllocationRow, AllocationTable, Placement
+from vslice.snapshot import ClusterSnapshot, idle_mark, shown_phase
+from vslice.tables import AllocationRow, AllocationTable, IdleMark, Placement
+from vslice.views import idle_words
 
 if TYPE_CHECKING:
     from vslice_kube.workloads import Workloads
@@ -33,6 +39,7 @@ Until = Literal["scheduled", "running", "completed"]
 UNTIL: Final = ("scheduled", "running", "completed")
 POLL_FIRST_S: Final = 0.2
 POLL_MAX_S: Final = 1.0
+EVICTED: Final = "Evicted"
 
 
 def check_timeout(timeout: float) -> float:
@@ -44,6 +51,44 @@ def check_timeout(timeout: float) -> float:
             value=timeout,
         )
     return timeout
+
+
+@dataclass(frozen=True)
+class WorkloadStatus:
+    """Where a workload stands, and whether vslice took its GPU room away: preempted by a pod
+    of higher priority (docs/preemption.md) or given back idle (docs/idle.md)."""
+
+    phase: str
+    """Pending, Running, Succeeded, Failed, Terminating; ``Evicted`` once vslice evicted the
+    pod and it is gone (a Job then makes a new one); empty before a Job's pod exists."""
+    node: str = ""
+    preempted_by: str | None = None
+    """``namespace/name`` of the pod whose room vslice made by evicting this one."""
+    evicted: str | None = None
+    """vslice's own words for the latest eviction (preemption or idle reclaim), with numbers."""
+    evicted_at: datetime | None = None
+    idle: IdleMark | None = None
+    """Set while the pod's slices are idle; ``idle.reclaim_at`` once it is warned."""
+
+    def __str__(self) -> str:
+        words = [self.phase or "no pod yet"] + ([f"on {self.node}"] if self.node else [])
+        if self.idle is not None:
+            words.append("- " + idle_words(self.idle, datetime.now(UTC)))
+        if self.evicted is not None:
+            when = f" at {self.evicted_at:%Y-%m-%d %H:%M:%S} UTC" if self.evicted_at else ""
+            words.append(f"- evicted{when}: {self.evicted}")
+        return " ".join(words)
+
+
+def _event_time(event: Mapping[str, Any]) -> datetime | None:
+    for key in ("lastTimestamp", "eventTime", "firstTimestamp"):
+        value = event.get(key)
+        if isinstance(value, str) and value:
+            try:
+                return datetime.fromisoformat(value.replace("Z", "+00:00"))
+            except ValueError:
+                continue
+    return None
 
 
 class Workload:
@@ -83,6 +128,59 @@ class Workload:
         """Pending, Running, Succeeded, Failed (or Unknown; empty before a Job's pod exists)."""
         pod = self.pod()
         return str((pod or {}).get("status", {}).get("phase") or "")
+
+    @property
+    def status(self) -> WorkloadStatus:
+        """Phase and node, the idle mark, and whether vslice evicted the pod (or, for a Job,
+        one of its pods) and why: read from the pod and its events, which outlive it."""
+        try:
+            pod = self.pod()
+        except ClusterError as exc:
+            if exc.code != 404:
+                raise
+            pod = None  # evicted and gone, or deleted
+        eviction = self._latest_eviction(pod)
+        idle = None
+        if pod is not None:
+            with contextlib.suppress(DecodeError):  # a malformed mark is no mark
+                idle = idle_mark(pod.get("metadata") or {})
+        message = str(eviction.get("message") or "") if eviction else None
+        return WorkloadStatus(
+            # A pod vslice evicted is gone (a Job's replacement, if any, is the pod here).
+            phase=shown_phase(pod) if pod is not None else (EVICTED if eviction else ""),
+            node=node_name(pod) if pod is not None else "",
+            preempted_by=preemptor_of(message) if message else None,
+            evicted=message,
+            evicted_at=_event_time(eviction) if eviction else None,
+            idle=idle,
+        )
+
+    def _latest_eviction(self, pod: Mapping[str, Any] | None) -> dict[str, Any] | None:
+        """The newest event by which vslice evicted this pod or one of this Job's pods (for a
+        Pod that exists, only events about it: an older pod of the same name is another)."""
+        found: list[dict[str, Any]] = []
+        for reason in (PREEMPTED, RECLAIMED):
+            try:
+                found += self._calls.events_with_reason(self.namespace, reason)
+            except ClusterError:
+                continue  # no right to list events: the status says what the pod says
+        uid = str(((pod or {}).get("metadata") or {}).get("uid", "")) if self.kind == "Pod" else ""
+        mine = [
+            e
+            for e in found
+            if self._about_me(str((e.get("involvedObject") or {}).get("name", "")))
+            and (not uid or str((e.get("involvedObject") or {}).get("uid", "")) in ("", uid))
+        ]
+        if not mine:
+            return None
+        return max(mine, key=lambda e: _event_time(e) or datetime.min.replace(tzinfo=UTC))
+
+    def _about_me(self, name: str) -> bool:
+        if self.kind == "Pod":
+            return name == self.name
+        # A Job's pods are named <job>-<5 characters>.
+        prefix, _, suffix = name.rpartition("-")
+        return prefix == self.name and len(suffix) == 5
 
     @property
     def allocation(self) -> Placement | None:

@@ -32,6 +32,7 @@ KEEP_FORBID = "forbid"
 KEEP_ALLOW = "allow"
 KEEP_ANNOTATION = "vslice.io/idle-keep"
 KEEP_VALUES = ("true", "false")
+RECLAIMED = "IdleSliceReclaimed"  # the reason of the event on a pod evicted for being idle
 
 _UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 # Each unit at most once, largest first: "1h30m", never "30m1h" or "1h1h".

@@ -569,6 +569,30 @@ class _Search:
         return self.quota.model_copy(update={"used": used})
 
 
+PREEMPTED: Final = "Preempted"
+"""The reason of the event on each victim; :func:`preempted_text` is its message."""
+_PREEMPTED_BY = "evicted by vslice for "
+
+
+def preempted_text(
+    preemptor: str, priority: int, victim_priority: int, node: str, holds: str
+) -> str:
+    """The victim's event message; :func:`preemptor_of` reads the preemptor back from it (the
+    SDK's ``Workload.status``), so both sides live here."""
+    return (
+        f"{_PREEMPTED_BY}{preemptor} (priority {priority} > {victim_priority}) on node {node}, "
+        f"to free this pod's {holds}"
+    )
+
+
+def preemptor_of(message: str) -> str | None:
+    """``namespace/name`` of the pod a ``Preempted`` event names; None for another message."""
+    if not message.startswith(_PREEMPTED_BY):
+        return None
+    name = message.removeprefix(_PREEMPTED_BY).split(" ", 1)[0]
+    return name if name.count("/") == 1 else None
+
+
 def _colex(size: int, below: int) -> Iterator[tuple[int, ...]]:
     """Every ``size``-subset of ``range(below)`` in colex order (by the largest member first),
     as ascending tuples."""

@@ -85,6 +85,7 @@ class Workloads:
         self._core: Any = k8s.CoreV1Api(api)
         self._batch: Any = k8s.BatchV1Api(api)
         self._resource: Any = k8s.ResourceV1Api(api)
+        self._scheduling: Any = k8s.SchedulingV1Api(api)
         self._dra = DraApi(api, timeout_s=timeout_s)  # the node plugin's calls, reused
         self._timeout = timeout_s
         self.dra_unavailable: str | None = None
@@ -156,6 +157,30 @@ class Workloads:
         """The pods a Job created, oldest first."""
         pods = self.list_pods(namespace, label_selector=f"{JOB_NAME_LABEL}={job}")
         return sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp") or "")
+
+    def list_priority_classes(self) -> list[dict[str, Any]]:
+        """Every PriorityClass (cluster-scoped)."""
+        with translated("list priority classes"):
+            body = _body(
+                self._scheduling.list_priority_class(
+                    _preload_content=False, _request_timeout=self._timeout
+                )
+            )
+        return list(body.get("items") or [])
+
+    def events_with_reason(self, namespace: str, reason: str) -> list[dict[str, Any]]:
+        """Events of one reason in a namespace, whatever they are about (the objects may be
+        gone: an evicted pod's events outlive it)."""
+        with translated(f"list {reason} events in {namespace}"):
+            body = _body(
+                self._core.list_namespaced_event(
+                    namespace,
+                    field_selector=f"reason={reason}",
+                    _preload_content=False,
+                    _request_timeout=self._timeout,
+                )
+            )
+        return list(body.get("items") or [])
 
     def pod_events(self, namespace: str, name: str) -> list[dict[str, Any]]:
         """Events about one pod (scheduling failures explain themselves here)."""

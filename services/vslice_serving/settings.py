@@ -230,7 +230,8 @@ class SchedulerSettings(ServiceSettings):
         description="A pending GPU pod that fits nowhere evicts the fewest lower-priority "
         "slices (spec.priority) that make it fit on one node, through the Eviction API "
         "(PodDisruptionBudgets respected; preemptionPolicy Never honoured), and that node is "
-        "held for it while they end (docs/preemption.md). false: pods wait for room.",
+        "held for it while they end; on the DRA path the same for a pod whose claim "
+        "kube-scheduler cannot allocate (docs/preemption.md). false: pods wait for room.",
     )
     allocation_key_file: str = Field(
         default="",

@@ -19,6 +19,8 @@ your own, so the whole run pays for one control plane:
 - ``real_node`` (per test): the lab's real node (a kubelet and containerd on this machine, the
   fake driver standing in for its GPUs) as a :class:`RealNode`; a test that needs it fails
   (never skips) when the lab has none, with the reason the lab gave.
+- ``classes`` (per test): two PriorityClasses, ``low`` (0) and ``high`` (1000), named per
+  test and removed afterwards (the preemption tests).
 
 ``VSLICE_E2E_SERVICES=on|off`` forces the real vslice services in or out (default: in when
 both the extender and the webhook are installed).
@@ -310,3 +312,17 @@ def real_node(services: LabHandle, namespace: str) -> Iterator[Any]:
     node = real_node_of(services)
     yield node
     node.delete_all(namespace)
+
+
+@pytest.fixture
+def classes(real_node: Any) -> Iterator[dict[str, str]]:
+    """Two PriorityClasses of this test, ``low`` (0) and ``high`` (1000); removed afterwards."""
+    api: Any = k8s.SchedulingV1Api(real_node.lab.api)
+    suffix = uuid.uuid4().hex[:6]
+    names = {"low": f"e2e-low-{suffix}", "high": f"e2e-high-{suffix}"}
+    for level, value in (("low", 0), ("high", 1000)):
+        body = {"metadata": {"name": names[level]}, "value": value, "globalDefault": False}
+        api.create_priority_class(body, _preload_content=False)
+    yield names
+    for name in names.values():
+        api.delete_priority_class(name, _preload_content=False)

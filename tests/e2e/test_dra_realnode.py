@@ -52,8 +52,15 @@ SLEEP = ["sh", "-c", "sleep 600"]
 driver (a shared counter, unlike a real driver) would keep what a killed process held."""
 
 
-def claim_pod(node: RealNode, namespace: str, name: str, tmpl: str, args: list[str]) -> None:
-    body = {
+def claim_pod(
+    node: RealNode,
+    namespace: str,
+    name: str,
+    tmpl: str,
+    args: list[str],
+    priority_class: str | None = None,
+) -> None:
+    body: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name},
@@ -71,6 +78,8 @@ def claim_pod(node: RealNode, namespace: str, name: str, tmpl: str, args: list[s
             ],
         },
     }
+    if priority_class:
+        body["spec"]["priorityClassName"] = priority_class
     node.lab.core.create_namespaced_pod(namespace, body, _preload_content=False)
 
 

@@ -34,6 +34,8 @@ def test_quickstart_requests_a_slice_and_shows_where_it_landed(
     assert "device.0.name=NVIDIA-L4" in shown
     assert "device.0.total_mib=4096" in shown and "oom_error=CUDA_ERROR_OUT_OF_MEMORY" in shown
     assert "1 GPU, 90 GiB: does not fit: asks 90 GiB per GPU" in shown
+    # job.status: the first pod was never evicted (the lab's monitor may already call it idle)
+    assert "preempted by: None" in shown
     for node in lab.record.nodes:
         assert f"{node}: its largest GPU has" in shown  # each node's number, in words
     assert "memory: memory percentage must be a whole number 1..100%, got '200%'" in shown

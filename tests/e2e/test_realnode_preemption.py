@@ -11,32 +11,17 @@ for the pending pod although the second one is free: the test is about that one 
 from __future__ import annotations
 
 import time
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client as k8s
 from realnode_pods import RealNode, running
+from vslice import Client
 from vslice_build.images import SMOKE_IMAGE
 
 pytestmark = pytest.mark.timeout(300)
 
 SLEEP = ["sh", "-c", "sleep 600"]
-
-
-@pytest.fixture
-def classes(real_node: RealNode) -> Iterator[dict[str, str]]:
-    """Two PriorityClasses of this test, ``low`` (0) and ``high`` (1000); removed afterwards."""
-    api: Any = k8s.SchedulingV1Api(real_node.lab.api)
-    suffix = uuid.uuid4().hex[:6]
-    names = {"low": f"e2e-low-{suffix}", "high": f"e2e-high-{suffix}"}
-    for level, value in (("low", 0), ("high", 1000)):
-        body = {"metadata": {"name": names[level]}, "value": value, "globalDefault": False}
-        api.create_priority_class(body, _preload_content=False)
-    yield names
-    for name in names.values():
-        api.delete_priority_class(name, _preload_content=False)
 
 
 def slice_pod(
@@ -94,6 +79,11 @@ def test_a_high_priority_pod_evicts_the_youngest_slice_that_frees_enough_and_run
     assert "Preempting" in said and "young" in said["Preempting"], said
     victim = real_node.events(namespace, "young")
     assert "priority 1000 > 0" in victim.get("Preempted", ""), victim
+    # What a data scientist's notebook sees of its evicted pod.
+    with Client(real_node.lab.kubeconfig, namespace=namespace) as client:
+        status = client.workload("young").status
+    assert status.preempted_by == f"{namespace}/train", status
+    assert status.phase in ("Evicted", "Terminating"), status
 
 
 def test_equal_priority_evicts_nothing_and_the_pod_says_why_it_waits(

@@ -64,6 +64,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     slice_group.add_argument("--node-policy", help=f"one of {', '.join(NODE_POLICIES)}")
     slice_group.add_argument("--gpu-policy", help=f"one of {', '.join(GPU_POLICIES)}")
     slice_group.add_argument("--numa-bind", action="store_true", help="GPUs on one NUMA node")
+    slice_group.add_argument(
+        "--priority-class",
+        help="the pod's PriorityClass: a higher one may preempt lower-priority slices",
+    )
     parser.add_argument("--name", help="pod or Job name (default: generated)")
     parser.add_argument("-n", "--namespace", help="namespace (default: the kubeconfig's)")
     parser.add_argument("--job", action="store_true", help="create a Job instead of a Pod")
@@ -93,6 +97,7 @@ def _slice(args: argparse.Namespace) -> Slice:
         node_policy=args.node_policy,
         gpu_policy=args.gpu_policy,
         numa_bind=args.numa_bind,
+        priority_class=args.priority_class,
     )
 
 

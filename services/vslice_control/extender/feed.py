@@ -27,8 +27,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from vslice_core.annotations import (
@@ -37,8 +35,10 @@ from vslice_core.annotations import (
     decode_allocation,
 )
 from vslice_core.clusterobjects import (
+    HeldBy,
     allocation_value,
     annotations_of,
+    held_by,
     metadata_of,
     node_inventory,
     node_name,
@@ -159,38 +159,6 @@ def _without(inventory: NodeInventory, refused: set[str]) -> NodeInventory:
         for gpu in inventory.gpus
     ]
     return inventory.model_copy(update={"gpus": gpus})
-
-
-@dataclass(frozen=True)
-class HeldBy:
-    """The pod holding a recorded allocation, as preemption compares pods."""
-
-    name: str
-    priority: int  # spec.priority (the admission's number from the PriorityClass; 0 unset)
-    started_s: float  # status.startTime, else creationTimestamp, in epoch seconds (0: unknown)
-
-
-def held_by(pod: Mapping[str, Any]) -> HeldBy:
-    spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
-    status = pod.get("status") if isinstance(pod.get("status"), Mapping) else {}
-    priority = spec.get("priority") if isinstance(spec, Mapping) else None
-    when = (status or {}).get("startTime") or metadata_of(pod).get("creationTimestamp")
-    return HeldBy(
-        name=str(metadata_of(pod).get("name", "")),
-        priority=priority if isinstance(priority, int) and not isinstance(priority, bool) else 0,
-        started_s=_epoch(when),
-    )
-
-
-def _epoch(stamp: object) -> float:
-    """An RFC 3339 time as the API server writes it (``2026-12-05T03:20:00Z``), in seconds;
-    0 for anything else (an unknown start counts as the oldest: it is evicted last)."""
-    if not isinstance(stamp, str):
-        return 0.0
-    try:
-        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return 0.0
 
 
 class PodFeed:

@@ -27,6 +27,7 @@ from vslice_core.errors import InvalidRequest
 from vslice_core.ledger import Ledger
 from vslice_kube.binding import bind_pod, evict_pod, list_bound_pods, read_pod
 from vslice_kube.coreapi import core_api
+from vslice_kube.dra import DraApi
 from vslice_kube.events import EventRecorder, Subject
 from vslice_kube.lease import LeaderLease, LeaseTiming
 from vslice_kube.nodelock import Held, NodeLocker
@@ -49,6 +50,7 @@ from vslice_serving.settings import (
     load_settings,
 )
 
+from vslice_control.extender.drapreemptor import DraPreemptor
 from vslice_control.extender.feed import NodeFeed, PodFeed
 from vslice_control.extender.holds import Holds
 from vslice_control.extender.leadership import LeaderGate
@@ -341,6 +343,17 @@ def serve(config_path: str | None = None) -> int:
     _freeze_when_loaded(watches)
     if lease is not None:
         lease.start()
+    dra_preemptor = None
+    if settings.preemption:
+        # Only the replica holding the Lease evicts (with node locks, every replica: they
+        # choose the same victims from the same objects).
+        dra_preemptor = DraPreemptor(
+            DraApi.connect(settings.kubeconfig),
+            cluster,
+            ApiEvents(recorder),
+            active=(lambda: lease.active()) if lease is not None else (lambda: True),
+        )
+        dra_preemptor.start()
     stop_sweeping = threading.Event()
     _sweeping(extender, stop_sweeping, min(1.0, settings.unknown_pod_hold_seconds / 2))
     log.info(
@@ -356,6 +369,8 @@ def serve(config_path: str | None = None) -> int:
         },
     )
     cleanups = [stop_sweeping.set, *(watch.stop for watch in watches), recorder.stop]
+    if dra_preemptor is not None:
+        cleanups.insert(0, dra_preemptor.stop)
     if lease is not None:
         cleanups.insert(0, lease.stop)  # stop binding and give the Lease up first
     return run_until_signal([service], cleanups)

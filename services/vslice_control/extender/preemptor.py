@@ -36,10 +36,12 @@ from vslice_core.errors import ClusterError
 from vslice_core.ledger import Ledger
 from vslice_core.model import PodRequest
 from vslice_core.preemption import (
+    PREEMPTED,
     NodeView,
     PreemptionPolicy,
     RunningPod,
     plan_preemption,
+    preempted_text,
 )
 from vslice_core.quantities import format_mib
 
@@ -305,7 +307,7 @@ class Preemptor:
         evicted: Sequence[RunningPod],
     ) -> None:
         label = f"{request.namespace}/{request.name}"
-        freed = ", ".join(f"{v.label} (priority {v.priority}, {_holds(v)})" for v in evicted)
+        freed = ", ".join(f"{v.label} (priority {v.priority}, {holds_text(v)})" for v in evicted)
         meta = pod.get("metadata") if isinstance(pod.get("metadata"), Mapping) else {}
         self._events.pod(
             request.namespace,
@@ -320,9 +322,8 @@ class Preemptor:
                 victim.namespace,
                 victim.name,
                 victim.uid,
-                "Preempted",
-                f"evicted by vslice for {label} (priority {priority} > {victim.priority}) on "
-                f"node {node}, to free this pod's {_holds(victim)}",
+                PREEMPTED,
+                preempted_text(label, priority, victim.priority, node, holds_text(victim)),
             )
         log.info(
             "preempting",
@@ -330,7 +331,7 @@ class Preemptor:
         )
 
 
-def _holds(pod: RunningPod) -> str:
+def holds_text(pod: RunningPod) -> str:
     grants = [g for c in pod.allocation.containers for g in c.gpus]
     memory = sum(g.memory_mib for g in grants)
     gpus = ", ".join(sorted({g.uuid for g in grants}))

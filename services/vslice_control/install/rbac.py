@@ -150,6 +150,9 @@ def viewer_role() -> dict[str, Any]:
                 ["resourceslices", "resourceclaims", "resourceclaimtemplates", "deviceclasses"],
                 _READ,
             ),
+            # A slice's priority_class is checked against the cluster's PriorityClasses, which
+            # say nothing about any tenant.
+            _rule(["scheduling.k8s.io"], ["priorityclasses"], _READ),
         ],
     )
 

@@ -50,6 +50,7 @@ from vslice_core.idle import (
     KEEP_FORBID,
     KEEP_LABEL,
     RECLAIM_LABEL,
+    RECLAIMED,
     PodIdleness,
     ReclaimPolicy,
     Step,
@@ -359,7 +360,7 @@ class IdleReclaimer:
             log.info("idle pod evicted", extra={"pod": f"{namespace}/{name}", "idle_s": idle})
             self._event(
                 subject,
-                "IdleSliceReclaimed",
+                RECLAIMED,
                 reclaimed_text(namespace, idle, held, warned_for, policy),
             )
 
