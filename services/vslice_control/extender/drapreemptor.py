@@ -37,14 +37,14 @@ from vslice_core.dra import DRIVER
 from vslice_core.dra.allocations import reserved_for
 from vslice_core.dra.preemptviews import WaitingPod, node_views, waiting_pods
 from vslice_core.errors import ClusterError
-from vslice_core.preemption import PREEMPTED, RunningPod, plan_preemption, preempted_text
+from vslice_core.preemption import RunningPod, plan_preemption
 
 from vslice_control.extender.preemptor import (
     PROTECTED_S,
     WAIT_S,
     Evictions,
-    holds_text,
     pod_priority,
+    tell,
 )
 from vslice_control.extender.trust import Events
 
@@ -179,32 +179,15 @@ class DraPreemptor:
         self._underway[waiting.request.uid] = _Evicted(
             frozenset(v.uid for v in evicted), now + self._wait_s
         )
-        self._tell(waiting, priority, plan.node, evicted)
-
-    def _tell(
-        self, waiting: WaitingPod, priority: int, node: str, evicted: list[RunningPod]
-    ) -> None:
-        label = _label(waiting)
-        freed = ", ".join(f"{v.label} (priority {v.priority}, {holds_text(v)})" for v in evicted)
-        self._events.pod(
-            waiting.request.namespace,
-            waiting.request.name,
+        purpose = f"so that claim {waiting.claim} can be allocated there"
+        tell(
+            self._events,
+            waiting.request,
             waiting.request.uid,
-            "Preempting",
-            f"vslice evicts {len(evicted)} pod(s) of lower priority on node {node} so that "
-            f"claim {waiting.claim} (priority {priority}) can be allocated there: {freed}",
-        )
-        for victim in evicted:
-            self._events.pod(
-                victim.namespace,
-                victim.name,
-                victim.uid,
-                PREEMPTED,
-                preempted_text(label, priority, victim.priority, node, holds_text(victim)),
-            )
-        log.info(
-            "preempting on the DRA path",
-            extra={"pod": label, "node": node, "victims": [v.label for v in evicted]},
+            priority,
+            plan.node,
+            evicted,
+            purpose,
         )
 
     def _expire(self, now: float) -> None:

@@ -306,29 +306,43 @@ class Preemptor:
         node: str,
         evicted: Sequence[RunningPod],
     ) -> None:
-        label = f"{request.namespace}/{request.name}"
-        freed = ", ".join(f"{v.label} (priority {v.priority}, {holds_text(v)})" for v in evicted)
         meta = pod.get("metadata") if isinstance(pod.get("metadata"), Mapping) else {}
-        self._events.pod(
-            request.namespace,
-            request.name,
-            str((meta or {}).get("uid", request.uid)),
-            "Preempting",
-            f"vslice evicts {len(evicted)} pod(s) of lower priority on node {node} to make "
-            f"room for this pod (priority {priority}): {freed}",
+        uid = str((meta or {}).get("uid", request.uid))
+        tell(self._events, request, uid, priority, node, evicted, "to make room for this pod")
+
+
+def tell(
+    events: Events,
+    request: PodRequest,
+    uid: str,
+    priority: int,
+    node: str,
+    evicted: Sequence[RunningPod],
+    purpose: str,
+) -> None:
+    """The events of one preemption, on both paths: ``Preempting`` on the pod (``purpose``
+    says what the evictions are for), ``Preempted`` on each victim."""
+    label = f"{request.namespace}/{request.name}"
+    freed = ", ".join(f"{v.label} (priority {v.priority}, {holds_text(v)})" for v in evicted)
+    events.pod(
+        request.namespace,
+        request.name,
+        uid,
+        "Preempting",
+        f"vslice evicts {len(evicted)} pod(s) of lower priority on node {node} {purpose} "
+        f"(priority {priority}): {freed}",
+    )
+    for victim in evicted:
+        events.pod(
+            victim.namespace,
+            victim.name,
+            victim.uid,
+            PREEMPTED,
+            preempted_text(label, priority, victim.priority, node, holds_text(victim)),
         )
-        for victim in evicted:
-            self._events.pod(
-                victim.namespace,
-                victim.name,
-                victim.uid,
-                PREEMPTED,
-                preempted_text(label, priority, victim.priority, node, holds_text(victim)),
-            )
-        log.info(
-            "preempting",
-            extra={"pod": label, "node": node, "victims": [v.label for v in evicted]},
-        )
+    log.info(
+        "preempting", extra={"pod": label, "node": node, "victims": [v.label for v in evicted]}
+    )
 
 
 def holds_text(pod: RunningPod) -> str:

@@ -29,8 +29,7 @@ from typing import Any
 from vslice_core.dra import DRIVER
 
 from vslice_control.install import statepolicy
-from vslice_control.install.namespaces import PART_OF
-from vslice_control.install.statepolicy import ADMISSION_API
+from vslice_control.install.statepolicy import admission_policy
 from vslice_control.install.values import InstallValues
 
 POLICY_NAME = "vslice-claim-serves-one-pod"
@@ -70,12 +69,9 @@ def objects(values: InstallValues) -> list[dict[str, Any]]:
 
 
 def policy() -> dict[str, Any]:
-    return {
-        "apiVersion": ADMISSION_API,
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": POLICY_NAME, "labels": dict(PART_OF)},
-        "spec": {
-            "failurePolicy": "Fail",
+    return admission_policy(
+        POLICY_NAME,
+        {
             "matchConstraints": {
                 # Equivalent: a write through an older resource.k8s.io version is converted
                 # to v1 and checked too, with the v1 field names the expressions use.
@@ -98,4 +94,4 @@ def policy() -> dict[str, Any]:
                 {"expression": EXPRESSION, "reason": "Forbidden", "messageExpression": MESSAGE}
             ],
         },
-    }
+    )

@@ -31,8 +31,7 @@ from vslice_core.idle import (
     RECLAIM_LABEL,
 )
 
-from vslice_control.install.namespaces import PART_OF
-from vslice_control.install.statepolicy import ADMISSION_API, binding, cel_list
+from vslice_control.install.statepolicy import admission_policy, binding, cel_list
 
 POLICY_NAME = "vslice-idle-settings"
 
@@ -61,12 +60,9 @@ def _duration_rule(label: str) -> dict[str, str]:
 
 def policy() -> dict[str, Any]:
     keep = f"variables.new['{KEEP_ANNOTATION}']"
-    return {
-        "apiVersion": ADMISSION_API,
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": POLICY_NAME, "labels": dict(PART_OF)},
-        "spec": {
-            "failurePolicy": "Fail",
+    return admission_policy(
+        POLICY_NAME,
+        {
             "matchConstraints": {
                 "resourceRules": [
                     {
@@ -120,7 +116,7 @@ def policy() -> dict[str, Any]:
                 },
             ],
         },
-    }
+    )
 
 
 def objects(_values: object) -> list[dict[str, Any]]:

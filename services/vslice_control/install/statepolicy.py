@@ -54,12 +54,9 @@ def objects(values: InstallValues) -> list[dict[str, Any]]:
 def policy(users: Sequence[str], groups: Sequence[str], excluded: Sequence[str]) -> dict[str, Any]:
     """Requests by ``users`` or members of ``groups`` pass, and so does everything in the
     ``excluded`` namespaces."""
-    return {
-        "apiVersion": ADMISSION_API,
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": POLICY_NAME, "labels": dict(PART_OF)},
-        "spec": {
-            "failurePolicy": "Fail",
+    return admission_policy(
+        POLICY_NAME,
+        {
             "matchConstraints": {
                 "resourceRules": [
                     {
@@ -112,6 +109,17 @@ def policy(users: Sequence[str], groups: Sequence[str], excluded: Sequence[str])
                 }
             ],
         },
+    )
+
+
+def admission_policy(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """A ValidatingAdmissionPolicy of vslice's (``failurePolicy: Fail`` unless ``spec`` says
+    otherwise): every vslice policy is made here and bound by :func:`binding`."""
+    return {
+        "apiVersion": ADMISSION_API,
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name, "labels": dict(PART_OF)},
+        "spec": {"failurePolicy": "Fail", **spec},
     }
 
 
