@@ -91,6 +91,7 @@ class Cluster:
         self.evicted: list[tuple[str, bool]] = []
         self.budget: set[str] = set()
         self.events: list[tuple[str, str, str]] = []
+        self.pod_reads = 0
 
     def unscheduled_pods(self) -> list[dict[str, Any]]:
         return [p for p in self.pods if not p["spec"].get("nodeName")]
@@ -102,6 +103,7 @@ class Cluster:
         return self.slices
 
     def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        self.pod_reads += 1
         return next((p for p in self.pods if p["metadata"]["name"] == name), None)
 
     def evict_pod(self, namespace: str, name: str, uid: str, *, dry_run: bool) -> None:
@@ -197,3 +199,19 @@ def test_a_pod_not_marked_unschedulable_is_left_to_kube_scheduler(full: Cluster)
     full.pods[2]["status"]["conditions"] = []
     preemptor(full).check()
     assert full.evicted == []
+
+
+def test_a_pod_no_eviction_can_help_is_left_alone_a_while(full: Cluster) -> None:
+    full.pods[2]["spec"]["priority"] = 0  # equal to every holder: nothing to evict
+    clock = [0.0]
+    one = preemptor(full, clock=lambda: clock[0], rest_s=10.0)
+    one.check()
+    reads = full.pod_reads
+    assert reads == 2  # the two holders, read once
+    clock[0] = 5.0
+    one.check()
+    assert full.pod_reads == reads  # resting: no holder is read again
+    full.pods[2]["spec"]["priority"] = 1000
+    clock[0] = 10.5
+    one.check()
+    assert ("small", False) in full.evicted

@@ -51,6 +51,9 @@ from vslice_control.extender.trust import Events
 log = logging.getLogger("vslice.extender.drapreemption")
 
 EVERY_S = 2.0
+REST_S = 10.0
+"""How long a waiting pod for which no victims were found is left alone (each try reads the
+pods holding claims)."""
 
 
 class DraReads(Protocol):
@@ -83,6 +86,7 @@ class DraPreemptor:
         clock: Callable[[], float] = time.monotonic,
         wait_s: float = WAIT_S,
         protected_s: float = PROTECTED_S,
+        rest_s: float = REST_S,
     ) -> None:
         self._reads = reads
         self._evictions = evictions
@@ -93,6 +97,8 @@ class DraPreemptor:
         self._wait_s = wait_s
         self._protected_s = protected_s
         self._underway: dict[str, _Evicted] = {}  # preemptor uid -> its victims
+        self._resting: dict[str, float] = {}  # pod uid -> until when it is not tried again
+        self._rest_s = rest_s
         self._protected: dict[str, float] = {}  # pod uid -> until when
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="dra-preemption", daemon=True)
@@ -114,13 +120,20 @@ class DraPreemptor:
             return
         now = self._clock()
         self._expire(now)
+        # Not a pod whose victims are ending (kube-scheduler retries on their claims), nor one
+        # that found no victims a moment ago: the victims' pods are read only for the others.
+        due = [
+            w
+            for w in waiting
+            if w.request.uid not in self._underway and w.request.uid not in self._resting
+        ]
+        if not due:
+            return
         slices = self._reads.resource_slices(DRIVER)
         holders = self._holders(claims)
-        for pod in waiting:
-            uid = pod.request.uid
-            if uid in self._underway:
-                continue  # its victims are ending: kube-scheduler retries on their claims
-            self._attempt(pod, slices, claims, holders, now)
+        for pod in due:
+            if not self._attempt(pod, slices, claims, holders, now):
+                self._resting[pod.request.uid] = now + self._rest_s
 
     def _holders(self, claims: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         """uid -> pod of every pod that is the only reservation of an allocated claim."""
@@ -142,29 +155,31 @@ class DraPreemptor:
         claims: list[dict[str, Any]],
         holders: Mapping[str, dict[str, Any]],
         now: float,
-    ) -> None:
+    ) -> bool:
+        """Plan and evict for one pod; False when no victims can make room for it now (a
+        budget's refusal is True: the next pass plans again without that pod)."""
         priority, policy = pod_priority(waiting.pod)
         if policy == "Never":
-            return
+            return False
         leaving = frozenset(v for e in self._underway.values() for v in e.victims)
         protected = frozenset(self._protected)
         views = node_views(slices, claims, holders, leaving=leaving, protected=protected)
         if not any(p.priority < priority for v in views for p in v.pods):
-            return
+            return False
         plan = plan_preemption(views, waiting.request, priority, policy=policy)
         if plan.node is None or not plan.victims:
             log.info(
                 "no preemption for a waiting claim",
                 extra={"pod": _label(waiting), "why": plan.headline},
             )
-            return
+            return False
         for victim in plan.victims:
             try:
                 self._evictions.evict_pod(victim.namespace, victim.name, victim.uid, dry_run=True)
             except ClusterError as exc:
                 self._protected[victim.uid] = now + self._protected_s
                 log.info("victim protected", extra={"pod": victim.label, "error": str(exc)})
-                return  # planned again next pass, without it
+                return True  # planned again next pass, without it
         evicted: list[RunningPod] = []
         for victim in plan.victims:
             try:
@@ -175,7 +190,7 @@ class DraPreemptor:
                 continue
             evicted.append(victim)
         if not evicted:
-            return
+            return True
         self._underway[waiting.request.uid] = _Evicted(
             frozenset(v.uid for v in evicted), now + self._wait_s
         )
@@ -189,10 +204,12 @@ class DraPreemptor:
             evicted,
             purpose,
         )
+        return True
 
     def _expire(self, now: float) -> None:
         self._underway = {u: e for u, e in self._underway.items() if e.until > now}
         self._protected = {u: t for u, t in self._protected.items() if t > now}
+        self._resting = {u: t for u, t in self._resting.items() if t > now}
 
     def start(self) -> None:
         self._thread.start()
