@@ -1,7 +1,7 @@
 """Idle slices on the lab's real node (docs/idle.md): the node's monitor marks a pod whose
-slices launch no kernel, and, only in a namespace that opted in, warns it and then evicts
-it; a busy pod, a pod with the keep annotation and an idle pod elsewhere stay. The API
-server's admission policy refuses malformed idle settings with the object, key and value.
+slices launch no kernel, and, only in a namespace that opted in, warns it and then evicts it,
+on both paths; a busy pod, a pod with the keep annotation and an idle pod elsewhere stay. The
+API server's admission policy refuses malformed idle settings with the object, key and value.
 
 The lab's monitor counts a slice idle after 5 s and checks every second
 (``vslice_lab.nodeconfig.monitor_settings``); the namespace here reclaims after 6 s with a
@@ -17,6 +17,7 @@ import pytest
 from conftest import LabHandle
 from kubernetes.client.exceptions import ApiException
 from realnode_pods import RealNode, running
+from test_dra_realnode import claim_pod, template
 from vslice_core.annotations import IDLE_RECLAIM_AT, IDLE_SINCE
 
 pytestmark = pytest.mark.timeout(240)
@@ -82,6 +83,21 @@ def test_an_idle_pod_outside_opted_in_namespaces_is_marked_and_never_touched(
     )
     metrics = real_node.metrics()
     assert f'vslice_idle_slices{{namespace="{namespace}"' in metrics, metrics[-2000:]
+
+
+def test_an_idle_claim_pod_on_the_dra_path_is_given_back_too(
+    real_node: RealNode, namespace: str
+) -> None:
+    """On the DRA path a region is named by the claim's uid: the monitor finds its pod through
+    the DRA driver's checkpoint and the pod's claim statuses."""
+    label(real_node.lab, namespace, {"vslice.io/idle-reclaim": "6s", "vslice.io/idle-grace": "4s"})
+    template(real_node, namespace, "one-gib", memory="1Gi")
+    claim_pod(real_node, namespace, "notebook", "one-gib", HOLD)
+    real_node.wait_running(namespace, "notebook")
+    wait_until(lambda: real_node.gone(namespace, "notebook"), "the idle claim pod's eviction", 60)
+    said = real_node.events(namespace, "notebook")
+    assert "(in 4s) unless it launches a kernel" in said.get("IdleSliceWarning", ""), said
+    assert "evicted to give back 1.0 GiB of GPU memory" in said.get("IdleSliceReclaimed", "")
 
 
 def refused(call: Any) -> str:
