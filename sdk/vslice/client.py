@@ -204,14 +204,15 @@ class Client:
                 wanted, manifests.container_name(manifest, container), ns
             )
             objects[("ResourceClaimTemplate", ns, template["metadata"]["name"])] = template
+        snapshot = self.snapshot()
         plan = plan_manifest(
-            self.snapshot(),
+            snapshot,
             manifest,
             slice=wanted,
             namespace=ns,
             claims=dra.chain(objects, self._claim_lookup),
         )
-        if not queue and not self._may_preempt(wanted, plan):
+        if not queue and not self._may_preempt(wanted, plan, snapshot):
             plan.raise_for_fit()
         # The claims first: a pod naming a template that does not exist yet waits for it.
         for (kind, where, _), body in objects.items():
@@ -227,7 +228,7 @@ class Client:
             self._calls, manifest["kind"], ns, created["metadata"]["name"], snapshot=self.snapshot
         )
 
-    def _may_preempt(self, wanted: Slice | None, plan: Plan) -> bool:
+    def _may_preempt(self, wanted: Slice | None, plan: Plan, snapshot: ClusterSnapshot) -> bool:
         """Whether a slice that does not fit now is created all the same because its
         PriorityClass outranks a running slice: preemption may make room for it
         (docs/preemption.md). A PriorityClass that does not exist is refused here."""
@@ -236,7 +237,7 @@ class Client:
         value = self._priority_value(wanted.priority_class)
         if plan.fits or value is None:
             return False
-        return any(pod.priority < value for pod in self.snapshot().pods)
+        return any(pod.priority < value for pod in snapshot.pods)
 
     def _priority_value(self, name: str) -> int | None:
         """The PriorityClass's value; None when the classes cannot be read (the API server
