@@ -89,16 +89,6 @@ class DraApi:
             )
         return list(_parsed(response).get("items") or [])
 
-    def unscheduled_pods(self) -> list[dict[str, Any]]:
-        """Every pod not bound to a node yet (the DRA preemption's candidates)."""
-        with translated("list unscheduled pods"):
-            response = self._core.list_pod_for_all_namespaces(
-                field_selector="spec.nodeName=",
-                _preload_content=False,
-                _request_timeout=self._timeout,
-            )
-        return list(_parsed(response).get("items") or [])
-
     def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The pod, or None when there is none of that name."""
         return self._read(

@@ -7,9 +7,13 @@ from typing import Any
 
 import pytest
 from vslice_control.extender.drapreemptor import DraPreemptor
+from vslice_control.extender.feed import PodFeed
+from vslice_control.extender.holds import Holds
 from vslice_core.dra import DEVICE_CLASS, DRIVER
 from vslice_core.dra.devices import resource_slice
+from vslice_core.dra.preemptviews import waits_for_claims
 from vslice_core.errors import ClusterError
+from vslice_core.ledger import Ledger
 from vslice_core.model import Gpu, NodeInventory
 
 NODE = "node-a"
@@ -93,8 +97,9 @@ class Cluster:
         self.events: list[tuple[str, str, str]] = []
         self.pod_reads = 0
 
-    def unscheduled_pods(self) -> list[dict[str, Any]]:
-        return [p for p in self.pods if not p["spec"].get("nodeName")]
+    def waiters(self) -> list[dict[str, Any]]:
+        """What the extender's pod watch keeps: the pending claim pods marked Unschedulable."""
+        return [p for p in self.pods if waits_for_claims(p)]
 
     def resource_claims(self, namespace: str | None = None) -> list[dict[str, Any]]:
         return self.claims
@@ -124,7 +129,7 @@ class Events:
 
 
 def preemptor(cluster: Cluster, **options: Any) -> DraPreemptor:
-    return DraPreemptor(cluster, cluster, Events(cluster), **options)
+    return DraPreemptor(cluster.waiters, cluster, cluster, Events(cluster), **options)
 
 
 @pytest.fixture
@@ -215,3 +220,16 @@ def test_a_pod_no_eviction_can_help_is_left_alone_a_while(full: Cluster) -> None
     clock[0] = 10.5
     one.check()
     assert ("small", False) in full.evicted
+
+
+def test_the_pod_watch_keeps_the_pending_claim_pods_and_forgets_them_when_placed() -> None:
+    feed = PodFeed(Ledger(), Holds(30.0))
+    waiting = pod("train", 1000, "train-gpu", pending=True)
+    feed.replace([pod("notebook", 0, "nb-gpu"), waiting])
+    assert [p["metadata"]["name"] for p in feed.claim_waiters()] == ["train"]
+    bound = pod("train", 1000, "train-gpu")
+    feed.apply("MODIFIED", bound)
+    assert feed.claim_waiters() == []
+    feed.apply("MODIFIED", waiting)
+    feed.apply("DELETED", waiting)
+    assert feed.claim_waiters() == []

@@ -7,7 +7,9 @@ run (the plugin has no ``PreFilterExtensions``). A higher-priority pod whose cla
 fit therefore waits behind any lower-priority claim (docs/preemption.md, "The DRA path").
 
 So the active extender looks, every ``every_s`` seconds, for pending pods kube-scheduler
-marked Unschedulable whose one vslice claim is not allocated. For each, highest priority
+marked Unschedulable whose one vslice claim is not allocated; its pod watch keeps those pods
+(:meth:`~vslice_control.extender.feed.PodFeed.claim_waiters`), so a pass with none reads
+nothing from the API server. For each, highest priority
 first, it reads the node views (:mod:`vslice_core.dra.preemptviews`), chooses victims by the
 extender path's rule (:func:`vslice_core.preemption.plan_preemption`: the fewest, then the
 lowest priorities, then the youngest; never equal or higher priority; ``Never`` honoured),
@@ -59,8 +61,6 @@ pods holding claims)."""
 class DraReads(Protocol):
     """The reads one pass needs (:class:`vslice_kube.dra.DraApi`)."""
 
-    def unscheduled_pods(self) -> list[dict[str, Any]]: ...
-
     def resource_claims(self, namespace: str | None = None) -> list[dict[str, Any]]: ...
 
     def resource_slices(self, driver: str) -> list[dict[str, Any]]: ...
@@ -77,6 +77,7 @@ class _Evicted:
 class DraPreemptor:
     def __init__(
         self,
+        waiters: Callable[[], list[dict[str, Any]]],
         reads: DraReads,
         evictions: Evictions,
         events: Events,
@@ -88,6 +89,7 @@ class DraPreemptor:
         protected_s: float = PROTECTED_S,
         rest_s: float = REST_S,
     ) -> None:
+        self._waiters = waiters
         self._reads = reads
         self._evictions = evictions
         self._events = events
@@ -107,9 +109,9 @@ class DraPreemptor:
         """One pass (module docstring)."""
         if not self._active():
             return
-        unscheduled = [p for p in self._reads.unscheduled_pods() if _uses_claims(p)]
+        unscheduled = self._waiters()
         if not unscheduled:
-            return
+            return  # the common case: nothing is read from the API server
         claims = self._reads.resource_claims()
         by_name = {
             (str(metadata_of(c).get("namespace", "default")), str(metadata_of(c).get("name"))): c
@@ -226,10 +228,6 @@ class DraPreemptor:
                 log.warning("DRA preemption pass failed", extra={"error": str(exc)})
             except Exception:  # one bad pass must not end the loop
                 log.exception("DRA preemption pass failed")
-
-
-def _uses_claims(pod: Mapping[str, Any]) -> bool:
-    return bool((pod.get("spec") or {}).get("resourceClaims"))
 
 
 def _label(waiting: WaitingPod) -> str:

@@ -45,6 +45,7 @@ from vslice_core.clusterobjects import (
     object_name,
     pod_finished,
 )
+from vslice_core.dra.preemptviews import waits_for_claims
 from vslice_core.errors import DecodeError
 from vslice_core.ledger import Ledger
 from vslice_core.model import Gpu, NodeInventory
@@ -180,6 +181,9 @@ class PodFeed:
         # large cluster would cost memory for nothing): names for the metrics that name pods,
         # priorities and start times for preemption.
         self._pods: dict[str, HeldBy] = {}
+        # Pending pods kube-scheduler could not place that use ResourceClaims: the DRA-path
+        # preemption reads them from here instead of listing pending pods itself.
+        self._claim_waiters: dict[str, dict[str, Any]] = {}
         self._names_lock = threading.Lock()  # the watch writes, scrapes and filters read
 
     def exists(self, uid: str) -> bool:
@@ -195,6 +199,11 @@ class PodFeed:
         """The lowest priority among the pods holding slices (None: no pod holds one)."""
         with self._names_lock:
             return min((held.priority for held in self._pods.values()), default=None)
+
+    def claim_waiters(self) -> list[dict[str, Any]]:
+        """The unbound pods marked Unschedulable that use ResourceClaims, as last watched."""
+        with self._names_lock:
+            return list(self._claim_waiters.values())
 
     def held_by(self, uid: str) -> HeldBy | None:
         """The pod of a recorded allocation: name, priority, start."""
@@ -215,6 +224,9 @@ class PodFeed:
                     self._gone(uid)
         with self._names_lock:
             self._pods = {uid: held for uid, held in self._pods.items() if uid in present}
+            self._claim_waiters = {
+                uid: pod for uid, pod in self._claim_waiters.items() if uid in present
+            }
         self._reports.overbooked(self._ledger.overbooked())
 
     def catch_up(self, items: Iterable[dict[str, Any]]) -> None:
@@ -242,12 +254,18 @@ class PodFeed:
         self._reports.forget(uid)
         with self._names_lock:
             self._pods.pop(uid, None)
+            self._claim_waiters.pop(uid, None)
 
     def _apply(self, pod: Mapping[str, Any]) -> None:
         meta = metadata_of(pod)
         uid = str(meta.get("uid", ""))
         value = allocation_value(pod)
         node = node_name(pod)
+        with self._names_lock:
+            if waits_for_claims(pod):
+                self._claim_waiters[uid] = dict(pod)
+            else:
+                self._claim_waiters.pop(uid, None)
         if pod_finished(pod):
             self._holds.drop(uid)
             self._gone(uid)

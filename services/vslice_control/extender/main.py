@@ -348,6 +348,7 @@ def serve(config_path: str | None = None) -> int:
         # Only the replica holding the Lease evicts (with node locks, every replica: they
         # choose the same victims from the same objects).
         dra_preemptor = DraPreemptor(
+            pod_feed.claim_waiters,
             DraApi.connect(settings.kubeconfig),
             cluster,
             ApiEvents(recorder),

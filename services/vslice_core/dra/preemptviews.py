@@ -53,7 +53,11 @@ def _vslice_claim(claim: Mapping[str, Any]) -> bool:
     )
 
 
-def _unschedulable(pod: Mapping[str, Any]) -> bool:
+def waits_for_claims(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod uses ResourceClaims, is not bound, and kube-scheduler marked it
+    Unschedulable: a candidate for preemption on the DRA path (its claims decide the rest)."""
+    if node_name(pod) or pod_finished(pod) or not (pod.get("spec") or {}).get("resourceClaims"):
+        return False
     conditions = (pod.get("status") or {}).get("conditions") or []
     return any(
         isinstance(c, Mapping)
@@ -89,7 +93,7 @@ def waiting_pods(
     allocated, highest priority first (then oldest)."""
     found = []
     for pod in pods:
-        if node_name(pod) or pod_finished(pod) or not _unschedulable(pod):
+        if not waits_for_claims(pod):
             continue
         namespace = str(metadata_of(pod).get("namespace", "default"))
         ours = [
