@@ -35,7 +35,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from vslice_core.annotations import IDLE_RECLAIM_AT, IDLE_SINCE, decode_allocation, decode_moment
+from vslice_core.annotations import (
+    IDLE_RECLAIM_AT,
+    IDLE_SINCE,
+    MEMORY_BACKEND,
+    decode_allocation,
+    decode_moment,
+)
 from vslice_core.clusterobjects import (
     FINISHED_PHASES,
     allocation_value,
@@ -155,6 +161,8 @@ class ClusterSnapshot:
     """(node, GPU UUID) of the GPUs on the DRA path (from ResourceSlices)."""
     idle: dict[str, IdleMark] = field(default_factory=dict)
     """``namespace/name`` -> the idle mark of each live pod its node's monitor marked."""
+    memory_backends: dict[str, str] = field(default_factory=dict)
+    """Node name -> ``driver`` or ``shim``, as the node agent wrote it (absent: ``shim``)."""
     _ledgers: dict[str | None, Ledger] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
@@ -207,6 +215,9 @@ class ClusterSnapshot:
             return
         self.inventories[name] = inventory
         self.addresses[name] = internal_ip(node)
+        written = ((node.get("metadata") or {}).get("annotations") or {}).get(MEMORY_BACKEND)
+        # Agents from before the choice write nothing: their nodes are shim-only.
+        self.memory_backends[name] = written if written in ("driver", "shim") else "shim"
 
     def _add_slices(
         self, slices: Iterable[Mapping[str, Any]], addresses: Mapping[str, str]
@@ -381,6 +392,7 @@ class ClusterSnapshot:
                         idle_pods=tuple(
                             h for h in holders.get((name, gpu.uuid), ()) if h in self.idle
                         ),
+                        memory_backend=self.memory_backends.get(name, "shim"),
                     )
                 )
         return GpuTable(rows)

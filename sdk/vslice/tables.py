@@ -47,6 +47,9 @@ class GpuRow:
     extender) or ``dra`` (ResourceClaims of vslice's DRA driver; docs/dra.md)."""
     idle_pods: tuple[str, ...] = ()
     """Those of ``pods`` whose slices are idle (docs/idle.md)."""
+    memory_backend: str = "shim"
+    """What holds a slice's memory on the node: ``driver`` (the driver's own per-container
+    limit, with the shim still preloaded) or ``shim`` (the shim alone); docs/shim.md."""
 
     @property
     def memory_free_mib(self) -> int:

@@ -285,14 +285,15 @@ def gpu_cells(row: GpuRow) -> list[str]:
 
 
 def node_cells(node: str, rows: Sequence[GpuRow]) -> list[str]:
-    """The node's subtotal, under its GPUs (GPU column ``all``)."""
+    """The node's subtotal, under its GPUs (GPU column ``all``); its state cell says what
+    holds the slices' memory there (``memory=driver`` or ``memory=shim``)."""
     pods = len({pod for r in rows for pod in r.pods})
     return [
         node,
         rows[0].address or "-",
         "all",
         plural(len(rows), "GPU"),
-        "",
+        f"memory={rows[0].memory_backend}",
         f"{sum(r.slots_used for r in rows)}/{sum(r.slots for r in rows)}",
         memory_cell(sum(r.memory_used_mib for r in rows), sum(r.memory_mib for r in rows)),
         f"{sum(r.cores_used for r in rows)}/{sum(r.cores for r in rows)}",

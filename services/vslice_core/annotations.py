@@ -31,6 +31,8 @@ VERSION = 1
 
 # Values vslice writes.
 NODE_GPUS = "vslice.io/node-gpus"
+# "driver" or "shim": what holds a container's GPU memory at its slice on the node (docs/shim.md).
+MEMORY_BACKEND = "vslice.io/memory-backend"
 ALLOCATION = "vslice.io/allocation"
 DELIVERED = "vslice.io/delivered"
 NODE_LOCK = "vslice.io/node-lock"

@@ -74,8 +74,14 @@ class ShimBuild:
     def smoke(self) -> Path:
         return self.directory / "smoke" / "vslice-smoke"
 
+    @property
+    def memory_limit_hook(self) -> Path:
+        """``vslice-memory-limit``: sets a container's driver-enforced limit (docs/shim.md)."""
+        return self.directory / "hook" / "vslice-memory-limit"
+
     def missing(self) -> list[Path]:
-        return [p for p in (self.library, *self.driver_libraries, self.smoke) if not p.is_file()]
+        wanted = (self.library, *self.driver_libraries, self.smoke, self.memory_limit_hook)
+        return [p for p in wanted if not p.is_file()]
 
 
 def default_shim_build() -> Path:
@@ -496,6 +502,14 @@ def device_plugin_settings(
                 "read_only": False,
             }
         ],
+        # The driver-enforced memory backend: auto keeps the shim on this cgroup v1 host; a
+        # test sets memory_backend driver, which the fake driver enforces by cgroup path.
+        "memory_limit_hook": str(shim.memory_limit_hook),
+        "driver_nvml_library": str(shim.driver_libraries[1]),
+        "driver_host_env": {
+            "FAKE_NVIDIA_GPUS": fake_gpus(inventory),
+            "FAKE_CUDA_STATE": str(layout.fake_state),
+        },
     }
 
 
@@ -505,6 +519,7 @@ def monitor_settings(name: str, layout: NodeLayout, admin: Path, port: int) -> d
         "kubeconfig": str(admin),
         "listen": f"{HOST}:{port}",
         "cache_root": str(layout.cache_root),
+        "limits_root": str(layout.limits_root),
         # Idle slices within seconds, so the lab's tests of idle reclaim take seconds too; a
         # namespace still opts in with its own label (docs/idle.md).
         "idle_after_seconds": 5,

@@ -2,6 +2,7 @@
    state, set up once per process. */
 #include <ctype.h>
 #include <dlfcn.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -16,18 +17,28 @@
 #include <unistd.h>
 
 #include "device.h"
+#include "vslice/cgroup_path.h"
 #include "vslice/gpu_uuid.h"
 
 static struct fake_state *state;
 static pthread_once_t state_once = PTHREAD_ONCE_INIT;
 
-/* This process's slot in a shared state file (see device.h); -1: none (no file, or full). */
+/* This process's slot in a shared state file (see device.h); -1: none (no file, or full).
+   slot_fd: the file, opened once for the locks (of the slots and of the limits). */
 static const char *state_path;
 static int slot_fd = -1;
+static pthread_once_t fd_once = PTHREAD_ONCE_INIT;
 static int my_slot = -1;
 static pthread_once_t slot_once = PTHREAD_ONCE_INIT;
-/* Lock bytes lie beyond the file's data: a lock on a range past the end is allowed. */
+/* Lock bytes lie beyond the file's data: a lock on a range past the end is allowed. One per
+   slot, then the limits lock. */
 #define FAKE_LOCK_BASE ((off_t)1 << 40)
+#define FAKE_LIMITS_LOCK (FAKE_LOCK_BASE + FAKE_MAX_PROCS)
+
+/* The limits lock within this process: an OFD lock does not keep out the other threads. */
+static pthread_mutex_t limits_mutex = PTHREAD_MUTEX_INITIALIZER;
+static char own_namespace[FAKE_NAMESPACE_SIZE];
+static pthread_once_t namespace_once = PTHREAD_ONCE_INIT;
 
 /* The node's GPUs (physical order) and, of them, the ones the container sees. */
 static struct {
@@ -287,6 +298,7 @@ static void reclaim(struct fake_proc *p) {
         uint64_t held = __atomic_exchange_n(&p->used[g], 0, __ATOMIC_ACQ_REL);
         if (held != 0) __atomic_fetch_sub(&state->dev[g].used, held, __ATOMIC_ACQ_REL);
     }
+    state->proc_namespace[p - state->procs][0] = '\0';
     __atomic_store_n(&p->token, 0, __ATOMIC_RELEASE);
 }
 
@@ -315,14 +327,53 @@ static int sweep(int *mine) {
     return reclaimed;
 }
 
-static void claim_slot(void) {
+static void open_state_fd(void) {
     fake_state();
-    if (state_path == NULL) return; /* a private card: one process, nothing to give back */
-    slot_fd = open(state_path, O_RDWR | O_CLOEXEC);
-    if (slot_fd < 0) return;
+    if (state_path != NULL) slot_fd = open(state_path, O_RDWR | O_CLOEXEC);
+}
+
+static void read_own_namespace(void) {
+    if (vs_cgroup_path(0, own_namespace, sizeof own_namespace) != 0) own_namespace[0] = '\0';
+}
+
+const char *fake_own_namespace(void) {
+    pthread_once(&namespace_once, read_own_namespace);
+    return own_namespace;
+}
+
+void fake_lock_limits(void) {
+    pthread_mutex_lock(&limits_mutex);
+    pthread_once(&fd_once, open_state_fd);
+    struct flock lock = {
+        .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = FAKE_LIMITS_LOCK, .l_len = 1};
+    while (slot_fd >= 0 && fcntl(slot_fd, F_OFD_SETLKW, &lock) != 0 && errno == EINTR) {
+    }
+}
+
+void fake_unlock_limits(void) {
+    struct flock lock = {
+        .l_type = F_UNLCK, .l_whence = SEEK_SET, .l_start = FAKE_LIMITS_LOCK, .l_len = 1};
+    if (slot_fd >= 0) fcntl(slot_fd, F_OFD_SETLK, &lock);
+    pthread_mutex_unlock(&limits_mutex);
+}
+
+void fake_sweep_dead(void) {
+    pthread_once(&fd_once, open_state_fd);
+    if (slot_fd >= 0) sweep(NULL);
+}
+
+/* The slot, and in it the namespace the process's memory is charged to (written under the
+   limits lock, so that whoever counts a namespace's usage never reads half of it). */
+static void claim_slot(void) {
+    pthread_once(&fd_once, open_state_fd);
+    if (slot_fd < 0) return; /* a private card: one process, nothing to give back */
+    const char *ns = fake_own_namespace();
+    fake_lock_limits();
     int mine = -1;
     sweep(&mine);
     my_slot = mine; /* -1 when every slot is live: this process's memory is not tracked */
+    if (mine >= 0) snprintf(state->proc_namespace[mine], FAKE_NAMESPACE_SIZE, "%s", ns);
+    fake_unlock_limits();
 }
 
 static int try_take(struct fake_device_state *d, uint64_t bytes) {
@@ -334,15 +385,28 @@ static int try_take(struct fake_device_state *d, uint64_t bytes) {
     return 0;
 }
 
+/* Room on the card, and under every limit on the process's namespace and above. */
+static int take(int physical, const char *ns, int limited, uint64_t bytes) {
+    if (limited && !fake_limits_allow(physical, ns, bytes)) return -1;
+    return try_take(&state->dev[physical], bytes);
+}
+
+/* Under a limit, the limits lock is held from the check to the charge to the slot, so that the
+   processes of one namespace cannot together pass it. A limit set while an unlimited process
+   is past the look below applies from its next reservation. */
 int fake_reserve_memory(int physical, uint64_t bytes) {
-    struct fake_device_state *d = &fake_state()->dev[physical];
+    fake_state();
     pthread_once(&slot_once, claim_slot);
+    const char *ns = fake_own_namespace();
+    int limited = fake_limits_apply(physical, ns);
+    if (limited) fake_lock_limits();
     /* Short of memory: a process that died holding some may be the reason. */
-    if (try_take(d, bytes) != 0 && (slot_fd < 0 || sweep(NULL) == 0 || try_take(d, bytes) != 0))
-        return -1;
-    if (my_slot >= 0)
+    int r = take(physical, ns, limited, bytes);
+    if (r != 0 && slot_fd >= 0 && sweep(NULL) != 0) r = take(physical, ns, limited, bytes);
+    if (r == 0 && my_slot >= 0)
         __atomic_fetch_add(&state->procs[my_slot].used[physical], bytes, __ATOMIC_ACQ_REL);
-    return 0;
+    if (limited) fake_unlock_limits();
+    return r;
 }
 
 void fake_release_memory(int physical, uint64_t bytes) {

@@ -17,6 +17,11 @@
  * description lock on one byte of the file for that slot. The kernel drops the lock when the
  * process dies, in whatever pid namespace it ran, so a slot whose lock can be taken belongs to
  * a dead process: the next process to start, or to run short of memory, gives its memory back.
+ *
+ * The state also holds the driver-enforced memory limits (R615's nvmlDeviceSetMemoryLimits_v1,
+ * memory_limits.c): per GPU and cgroup directory ("namespace", vslice/cgroup_path.h) a hard
+ * limit on what the processes of that cgroup and those below it hold together. Each slot
+ * records the namespace of its process, so that usage can be counted per cgroup.
  */
 #ifndef VSLICE_FAKE_DEVICE_H
 #define VSLICE_FAKE_DEVICE_H
@@ -62,6 +67,20 @@ struct fake_proc {
     uint64_t used[FAKE_MAX_DEVICES]; /* bytes, by physical GPU */
 };
 
+/* Driver-enforced memory limits (memory_limits.c): a cgroup's cap on one GPU, set through
+   nvmlDeviceSetMemoryLimits_v1. A namespace is a cgroup's directory (vslice/cgroup_path.h);
+   namespace[0] == 0: a free entry. */
+#define FAKE_MAX_LIMITS 256
+#define FAKE_NAMESPACE_SIZE 512
+
+struct fake_limit {
+    uint32_t physical;
+    uint32_t reserved;
+    uint64_t soft; /* recorded and answered; the fake reserves nothing for it */
+    uint64_t hard;
+    char namespace[FAKE_NAMESPACE_SIZE];
+};
+
 struct fake_state {
     uint64_t magic;
     uint32_t device_count; /* GPUs of the node */
@@ -69,6 +88,9 @@ struct fake_state {
     uint64_t reserved[6];
     struct fake_device_state dev[FAKE_MAX_DEVICES];
     struct fake_proc procs[FAKE_MAX_PROCS]; /* after dev: readers of the file keep its offsets */
+    /* Added last, so that the offsets above stay where readers of the file expect them. */
+    struct fake_limit limits[FAKE_MAX_LIMITS];
+    char proc_namespace[FAKE_MAX_PROCS][FAKE_NAMESPACE_SIZE]; /* of procs[i]'s process */
 };
 
 /* One GPU the container sees. */
@@ -86,6 +108,23 @@ uint64_t fake_now_ns(void);
 int fake_parse_size(const char *text, uint64_t *out);
 int fake_reserve_memory(int physical, uint64_t bytes);
 void fake_release_memory(int physical, uint64_t bytes);
+
+/* Driver-enforced memory limits. The table is changed, and memory taken under a limit, with
+   the limits lock held (device.c): a lock byte of the state file and a mutex of the process. */
+const char *fake_own_namespace(void); /* this process's; "" when /proc/self/cgroup says none */
+void fake_lock_limits(void);
+void fake_unlock_limits(void);
+void fake_sweep_dead(void); /* give back what dead processes held, before counting usage */
+/* memory_limits.c; the caller holds the limits lock unless said otherwise. */
+int fake_namespace_within(const char *path, const char *ancestor);
+int fake_limits_apply(int physical, const char *ns); /* any limit on ns or above; no lock */
+int fake_limits_allow(int physical, const char *ns, uint64_t bytes);
+uint64_t fake_namespace_used(int physical, const char *ns);
+int fake_set_limit(int physical, const char *ns, uint64_t soft, uint64_t hard); /* -1: full */
+void fake_get_limit(int physical, const char *ns, uint64_t *soft, uint64_t *hard);
+/* The card as a process of ns sees it: its total and free memory are the card's, lowered by
+   the limits of ns and its ancestors (takes the lock). */
+void fake_memory_view(int physical, const char *ns, uint64_t *total, uint64_t *free);
 
 /* Exported by both fake libraries: 1 once this copy has reported a bad GPU list, so a process
    that loads both libraries separately prints it once. */

@@ -4,7 +4,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "device.h"
 #include "nvml_board.h"
@@ -130,13 +132,19 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) 
     return NVML_SUCCESS;
 }
 
+/* Under a driver-enforced memory limit the caller sees it here (NVIDIA documents _v2 and
+   cuMemGetInfo for it; the v1 form above stays the card's): total = the limit, free = what
+   is left of it (or of the card, if less), used = the rest. */
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory) {
     NEED_DEVICE(device);
     if (memory == NULL) return NVML_ERROR_INVALID_ARGUMENT;
     if (memory->version != nvmlMemory_v2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
-    memory_of(device, &memory->total, &memory->used);
+    uint64_t total, free;
+    fake_memory_view((int)device->physical, fake_own_namespace(), &total, &free);
+    memory->total = total;
+    memory->free = free;
+    memory->used = total - free;
     memory->reserved = 0;
-    memory->free = memory->total - memory->used;
     return NVML_SUCCESS;
 }
 
@@ -153,6 +161,58 @@ nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned int *node) {
     *node = 0;
     return NVML_SUCCESS;
 }
+
+#ifndef FAKE_NVML_WITHOUT_MEMORY_LIMITS
+/* Driver-enforced memory limits (R615), kept in the node's state by memory_limits.c. A
+   namespace must be the absolute path of an existing directory (NVML_ERROR_NOT_FOUND) and fit
+   the table (NVML_ERROR_INVALID_ARGUMENT); trailing slashes are dropped. */
+static nvmlReturn_t namespace_of(const char *given, char *ns) {
+    struct stat st;
+    if (given[0] != '/' || stat(given, &st) != 0 || !S_ISDIR(st.st_mode))
+        return NVML_ERROR_NOT_FOUND;
+    size_t n = strlen(given);
+    while (n > 1 && given[n - 1] == '/') n--;
+    if (n >= FAKE_NAMESPACE_SIZE) return NVML_ERROR_INVALID_ARGUMENT;
+    memcpy(ns, given, n);
+    ns[n] = '\0';
+    return NVML_SUCCESS;
+}
+
+/* Root only, as on the real driver; soft 0 with hard "max" removes the namespace's limit. */
+nvmlReturn_t nvmlDeviceSetMemoryLimits_v1(nvmlDevice_t device, nvmlSetMemoryLimits_v1_t *limits) {
+    if (limits == NULL || limits->nameSpace == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    NEED_DEVICE(device);
+    if (geteuid() != 0) return NVML_ERROR_NO_PERMISSION;
+    char ns[FAKE_NAMESPACE_SIZE];
+    nvmlReturn_t r = namespace_of(limits->nameSpace, ns);
+    if (r != NVML_SUCCESS) return r;
+    if (limits->softLimit > limits->hardLimit) return NVML_ERROR_INVALID_ARGUMENT;
+    fake_lock_limits();
+    int full = fake_set_limit((int)device->physical, ns, limits->softLimit, limits->hardLimit);
+    fake_unlock_limits();
+    return full ? NVML_ERROR_INSUFFICIENT_RESOURCES : NVML_SUCCESS;
+}
+
+/* Open to everyone. nameSpace NULL: the caller's own cgroup. A namespace without a limit
+   answers soft 0 and hard "max"; currentUsed counts its processes and those below it. */
+nvmlReturn_t nvmlDeviceGetMemoryLimits_v1(nvmlDevice_t device, nvmlGetMemoryLimits_v1_t *limits) {
+    if (limits == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    NEED_DEVICE(device);
+    char ns[FAKE_NAMESPACE_SIZE];
+    const char *given = limits->nameSpace != NULL ? limits->nameSpace : fake_own_namespace();
+    nvmlReturn_t r = namespace_of(given, ns);
+    if (r != NVML_SUCCESS) return r;
+    uint64_t soft, hard;
+    fake_lock_limits();
+    fake_sweep_dead();
+    fake_get_limit((int)device->physical, ns, &soft, &hard);
+    limits->currentUsed = fake_namespace_used((int)device->physical, ns);
+    fake_unlock_limits();
+    limits->softLimit = soft;
+    limits->hardLimit = hard;
+    return NVML_SUCCESS;
+}
+#endif
 
 /* Percent of [from, now) during which a kernel was running on the device. */
 unsigned fake_nvml_busy_percent(unsigned int physical, uint64_t from, uint64_t now) {
@@ -380,7 +440,10 @@ const char *nvmlErrorString(nvmlReturn_t result) {
     case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
     case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
     case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+    case NVML_ERROR_NO_PERMISSION: return "Insufficient Permissions";
+    case NVML_ERROR_NOT_FOUND: return "Not Found";
     case NVML_ERROR_TIMEOUT: return "Timeout";
+    case NVML_ERROR_INSUFFICIENT_RESOURCES: return "Insufficient Resources";
     default: return "Unknown Error";
     }
 }

@@ -149,9 +149,11 @@ int main(void) {
     VALUE(NVML_ERROR_UNINITIALIZED);
     VALUE(NVML_ERROR_INVALID_ARGUMENT);
     VALUE(NVML_ERROR_NOT_SUPPORTED);
+    VALUE(NVML_ERROR_NO_PERMISSION);
     VALUE(NVML_ERROR_NOT_FOUND);
     VALUE(NVML_ERROR_INSUFFICIENT_SIZE);
     VALUE(NVML_ERROR_FUNCTION_NOT_FOUND);
+    VALUE(NVML_ERROR_INSUFFICIENT_RESOURCES);
     VALUE(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
     VALUE(NVML_ERROR_UNKNOWN);
     VALUE(NVML_DEVICE_UUID_V2_BUFFER_SIZE);
@@ -176,5 +178,16 @@ int main(void) {
     OFFSET(nvmlProcessUtilizationSample_t, memUtil);
     OFFSET(nvmlProcessUtilizationSample_t, encUtil);
     OFFSET(nvmlProcessUtilizationSample_t, decUtil);
+    /* Not in NVIDIA's 12.9 headers yet (nvml_abi.h): both builds print the shim's layout, and
+       tests/shim/test_driver_memory_limits.py compares it with cuda-bindings' dtypes. */
+    SIZE(nvmlSetMemoryLimits_v1_t);
+    OFFSET(nvmlSetMemoryLimits_v1_t, nameSpace);
+    OFFSET(nvmlSetMemoryLimits_v1_t, softLimit);
+    OFFSET(nvmlSetMemoryLimits_v1_t, hardLimit);
+    SIZE(nvmlGetMemoryLimits_v1_t);
+    OFFSET(nvmlGetMemoryLimits_v1_t, nameSpace);
+    OFFSET(nvmlGetMemoryLimits_v1_t, softLimit);
+    OFFSET(nvmlGetMemoryLimits_v1_t, hardLimit);
+    OFFSET(nvmlGetMemoryLimits_v1_t, currentUsed);
     return 0;
 }

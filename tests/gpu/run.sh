@@ -6,6 +6,9 @@
 #   - SM pacing with real kernels, measured by NVML's utilisation sampler;
 #   - NVIDIA's cuda-bindings stopped at the slice on every allocation path, gpustat and nvitop
 #     showing the slice and the holding process (tests/gpu/test_gpu_nvidia_tools.py);
+#   - the driver-enforced memory backend where the driver has it (R615+, cgroup v2): the
+#     hook's probe, and a process without the shim held at 1 GiB by the driver alone
+#     (tests/gpu/test_gpu_driver_limits.py; skipped with the probe's reason elsewhere);
 #   - the shim's added cost on the real driver (benchmarks/shim.py --driver real).
 # Budget: 5 minutes on one GPU (each check has a timeout, the whole run says its time). It
 # needs nothing from the network: the shim is built from the checkout, and the Python packages

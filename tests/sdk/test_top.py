@@ -61,6 +61,19 @@ def test_a_gpu_line_shows_memory_in_gib_and_the_node_address(cluster: ClusterSna
     ]
 
 
+@pytest.mark.parametrize(
+    ("written", "shown"),
+    [("driver", "driver"), ("shim", "shim"), (None, "shim"), ("kernel", "shim")],
+)
+def test_the_node_line_says_what_holds_the_slices_memory(written: str | None, shown: str) -> None:
+    nodes, pods = cluster_objects()
+    if written is not None:
+        nodes[1]["metadata"]["annotations"]["vslice.io/memory-backend"] = written
+    rows = [row for row in ClusterSnapshot.read(nodes, pods).gpus() if row.node == "node-b"]
+    assert {row.memory_backend for row in rows} == {shown}
+    assert views.node_cells("node-b", rows)[4] == f"memory={shown}"
+
+
 def test_a_node_without_an_internal_ip_shows_a_dash(cluster: ClusterSnapshot) -> None:
     node_b = [row for row in cluster.gpus() if row.node == "node-b"]
     assert node_b[0].address == "" and views.gpu_cells(node_b[0])[1] == "-"

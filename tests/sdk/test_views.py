@@ -70,6 +70,7 @@ def test_printed_gpus_are_the_same_table_as_vslice_top_in_gib(snapshot: ClusterS
         "all",
         "2",
         "GPUs",
+        "memory=shim",
         "2/8",
         "60.0/160.0",
         "80/200",

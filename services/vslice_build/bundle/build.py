@@ -159,8 +159,11 @@ def _shim(options: Options, out: Path) -> str:
             f"{library} needs glibc {needed[0]}.{needed[1]}; target {options.target.name} has "
             f"{options.target.glibc}: build on a host with that glibc or older"
         )
-    (out / "shim").mkdir()
+    (out / "shim" / "hook").mkdir(parents=True)
     shutil.copy2(library, out / "shim" / "libvslice.so")
+    # Where the node role looks for it: hook/ beside the shim (vslice_node_memory_limit_hook_file).
+    hook = shim / "build" / "hook" / "vslice-memory-limit"
+    shutil.copy2(hook, out / "shim" / "hook" / "vslice-memory-limit")
     return "shim/libvslice.so"
 
 

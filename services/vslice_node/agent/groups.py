@@ -123,8 +123,22 @@ class HandoverSettings(_Group):
         description="A region directory is removed once its pod is gone and the directory is "
         "at least this old (covers a pod list taken just before an Allocate).",
     )
+    memory_backend: Literal["auto", "shim", "driver"] = Field(
+        default="auto",
+        description="What holds a container's GPU memory at its slice: driver (the driver's "
+        "own per-cgroup limit, set by memory_limit_hook through NVML, with the shim still "
+        "preloaded for compute and the views), shim (the shim alone), or auto (driver where "
+        "the node runs cgroup v2 and the driver answers nvmlDeviceGetMemoryLimits_v1, shim "
+        "elsewhere). driver on a node that cannot do it stops the agent at start, naming why.",
+    )
+    memory_limit_hook: str = Field(
+        default="/usr/local/vslice/bin/vslice-memory-limit",
+        description="Host path of vslice-memory-limit (built by make -C shim), run by the "
+        "runtime as a CDI createRuntime hook to set each container's limit, and by the agent "
+        "at start to probe the driver.",
+    )
 
-    @field_validator("limits_root")
+    @field_validator("limits_root", "memory_limit_hook")
     @classmethod
     def _absolute_dir(cls, value: str, info: ValidationInfo) -> str:
         return _absolute(cls._name(info), value)
@@ -187,6 +201,17 @@ class DriverSettings(_Group):
         description='CDI device names added per granted GPU, "{uuid}" and "{index}" filled '
         'in (e.g. "nvidia.com/gpu={uuid}" where nvidia-ctk wrote a spec).',
     )
+    nvml_library: str = Field(
+        default="libnvidia-ml.so.1",
+        description="The NVML library the node loads itself to set driver-enforced memory "
+        "limits (handover.memory_backend): a host path, or a name the host's loader finds.",
+    )
+    host_env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Environment of the node's own calls into the driver (the memory-limit "
+        "hook and its probe; e.g. the fake driver's FAKE_NVIDIA_GPUS and the host path of its "
+        "FAKE_CUDA_STATE). Empty on real nodes.",
+    )
 
     @field_validator("container_dir", "host_dev_dir")
     @classmethod
@@ -208,7 +233,7 @@ class DriverSettings(_Group):
             seen[name] = path
         return value
 
-    @field_validator("env", mode="before")
+    @field_validator("env", "host_env", mode="before")
     @classmethod
     def _scalar_values(cls, value: Any) -> Any:
         # YAML reads FAKE_NVIDIA_GPUS: 2 as a number; the environment only holds strings.

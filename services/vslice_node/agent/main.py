@@ -28,6 +28,7 @@ from vslice_serving.settings import load_settings
 from vslice_node.agent.nodeagent import NodeAgent
 from vslice_node.agent.settings import NodeAgentSettings
 from vslice_node.gpus.backends import BackendUnavailable, GpuBackend
+from vslice_node.handover.memorybackend import MemoryBackendUnavailable
 from vslice_node.nodeapi import ConnectingNodeApi, NodeApi
 
 log = logging.getLogger("vslice.deviceplugin")
@@ -87,7 +88,11 @@ def serve(config_path: str | None) -> int:
     except (InvalidRequest, BackendUnavailable) as exc:
         log.error("cannot start the GPU backend", extra={"error": str(exc)})
         return 2
-    plugin = NodeAgent(settings, backend, connect_api(settings))
+    try:
+        plugin = NodeAgent(settings, backend, connect_api(settings))
+    except MemoryBackendUnavailable as exc:
+        log.error("cannot use the memory backend asked for", extra={"error": str(exc)})
+        return 2
     http = http_service(settings, plugin)
     log.info(
         "device plugin starting",

@@ -18,6 +18,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import HealthServicer
+from vslice_core import annotations as ann
 from vslice_core.dra.devices import split
 from vslice_core.model import NodeInventory
 
@@ -47,7 +48,16 @@ from vslice_node.handover.container import (
 )
 from vslice_node.handover.driver import Driver
 from vslice_node.handover.edits import Edits, MountSpec
+from vslice_node.handover.files import remove_orphan_specs
 from vslice_node.handover.hostfiles import HostFiles, device_numbers
+from vslice_node.handover.memorybackend import (
+    Backend,
+    BackendChoice,
+    choose_backend,
+    probe_driver,
+    runs_cgroup_v2,
+)
+from vslice_node.handover.memoryhook import MemoryHook
 from vslice_node.handover.specfile import SpecFile
 from vslice_node.metrics import NodeMetrics
 from vslice_node.nodeapi import NodeApi
@@ -55,9 +65,14 @@ from vslice_node.nodeapi import NodeApi
 log = logging.getLogger("vslice.deviceplugin")
 
 
-def handover_of(handover: HandoverSettings, driver: DriverSettings, cdi: CdiSettings) -> Handover:
+def handover_of(
+    handover: HandoverSettings,
+    driver: DriverSettings,
+    cdi: CdiSettings,
+    memory: Backend = "shim",
+) -> Handover:
     """How this node hands GPUs to containers, from the handover and driver settings (and the
-    CDI kind the node-wide spec is written under)."""
+    CDI kind the node-wide spec is written under), with the memory backend chosen at start."""
     layout = Layout(
         cache_root=Path(handover.cache_root),
         container_cache_root=handover.container_cache_root,
@@ -72,6 +87,12 @@ def handover_of(handover: HandoverSettings, driver: DriverSettings, cdi: CdiSett
         mounts=tuple(MountSpec(m.container_path, m.host_path, m.read_only) for m in driver.mounts),
         dev_dir=driver.host_dev_dir,
     )
+    hook = MemoryHook(
+        program=handover.memory_limit_hook,
+        nvml_library=driver.nvml_library,
+        spec_dir=Path(cdi.spec_dir),
+        env=dict(driver.host_env),
+    )
     return Handover(
         layout=layout,
         driver=files,
@@ -79,6 +100,19 @@ def handover_of(handover: HandoverSettings, driver: DriverSettings, cdi: CdiSett
         injection=handover.injection,
         cdi_kind=cdi.kind,
         driver_cdi_devices=tuple(driver.cdi_devices),
+        memory_hook=hook if memory == "driver" else None,
+    )
+
+
+def memory_backend_of(settings: NodeAgentSettings) -> BackendChoice:
+    """The node's memory backend (docs/shim.md "Two memory backends"); raises
+    MemoryBackendUnavailable where ``driver`` is asked for and cannot be had."""
+    handover, driver = settings.handover, settings.driver
+    return choose_backend(
+        handover.memory_backend,
+        handover.injection,
+        runs_cgroup_v2(),
+        lambda: probe_driver(handover.memory_limit_hook, driver.nvml_library, driver.host_env),
     )
 
 
@@ -89,7 +123,11 @@ class NodeAgent:
         plugin, dra = settings.device_plugin, settings.dra_driver
         self.metrics = NodeMetrics(settings.node_name)
         self.board = DeviceBoard(virtual_devices(self.extender_inventory().gpus))
-        self.handover = handover_of(settings.handover, settings.driver, settings.cdi)
+        self.memory = memory_backend_of(settings)
+        log.info("memory backend chosen", extra=self.memory.as_dict())
+        self.handover = handover_of(
+            settings.handover, settings.driver, settings.cdi, self.memory.backend
+        )
         self.layout = self.handover.layout
         self.shim_state = "not checked"
         self.host_files = HostFiles()
@@ -111,7 +149,10 @@ class NodeAgent:
             proofs=ProofCheck(plugin.allocation_key_file),
         )
         self.annotation = InventoryAnnotation(
-            api, settings.node_name, plugin.annotate_every_seconds
+            api,
+            settings.node_name,
+            plugin.annotate_every_seconds,
+            extra={ann.MEMORY_BACKEND: self.memory.backend},
         )
         self.sweeper = CacheSweeper(
             Path(settings.handover.cache_root),
@@ -241,6 +282,8 @@ class NodeAgent:
             self.dra.publisher.maybe_publish(on_dra, time.monotonic())
         self.sweeper.maybe_sweep(time.monotonic())
         self.limits_sweeper.maybe_sweep(time.monotonic())
+        if self.handover.memory_hook is not None:
+            remove_orphan_specs(self.handover.memory_hook.spec_dir, self.layout.limits_root)
 
     def sync_node_files(self) -> None:
         """Check the host files GPU containers need; in CDI mode, rewrite the spec on change.
@@ -280,6 +323,7 @@ class NodeAgent:
             "unhealthy_devices": sum(1 for d in devices if not d.healthy),
             "inventory_annotation": self.annotation.state,
             "shim": self.shim_state,
+            "memory_backend": self.memory.as_dict(),
             "host_files": self.host_files.state,
             "injection": self.handover.injection,
             "cdi_spec": (

@@ -116,6 +116,12 @@ class NodeAgentSettings(NodeTlsSettings):
                 "dra_driver.enabled needs handover.injection cdi (the kubelet hands DRA devices "
                 f"to the runtime only as CDI devices), got injection {self.handover.injection!r}"
             )
+        if self.handover.memory_backend == "driver" and self.handover.injection != "cdi":
+            raise ValueError(
+                "handover.memory_backend driver needs handover.injection cdi (the hook that "
+                "sets a container's limit reaches the runtime only in a CDI spec), got "
+                f"injection {self.handover.injection!r}"
+            )
         self._distinct_mount_points()
         return self
 

@@ -35,7 +35,8 @@ been meant for such a pod (decided on the fresh list), it fails with
 ``AllocationRefused`` (written in the background, never failing the answer).
 
 Before answering, the container's limits file is written (atomically, mode 0444) into its
-own directory under ``limits_root``, which the container mounts read-only.
+own directory under ``limits_root``, which the container mounts read-only; where the driver
+enforces memory limits, the container's hook spec too (:mod:`vslice_node.handover.memoryhook`).
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ from vslice_node.handover.container import (
     container_handover,
     shadowing_mounts,
 )
-from vslice_node.handover.files import write_container_files
+from vslice_node.handover.files import write_container_files, write_hook_spec
 from vslice_node.nodeapi import NodeApi
 
 log = logging.getLogger("vslice.deviceplugin.allocate")
@@ -215,6 +216,7 @@ class Allocator:
             )
         try:
             write_container_files(self.handover, chosen.grants, chosen.uid, chosen.container)
+            write_hook_spec(self.handover, chosen.grants, chosen.uid, chosen.container)
         except BaseException:
             with self._lock:  # a failure takes nothing: the next call may take it again
                 self._claims.pop(chosen.key, None)

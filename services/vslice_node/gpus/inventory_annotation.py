@@ -1,5 +1,8 @@
 """The node's ``vslice.io/node-gpus`` annotation: the GPU inventory the extender schedules on.
 
+Written together with the node's fixed facts (``extra``: ``vslice.io/memory-backend``, which
+``vslice top`` shows), in one patch.
+
 Written when the plugin starts, at once when the inventory or a GPU's health changes, and at
 least every ``every_s`` otherwise (so a value someone overwrote heals). After a failed write
 (API server unreachable) it retries with capped exponential backoff.
@@ -8,6 +11,7 @@ least every ``every_s`` otherwise (so a value someone overwrote heals). After a 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 from vslice_core import annotations as ann
 from vslice_core.errors import ClusterError
@@ -24,10 +28,13 @@ class InventoryAnnotation:
     """Writes ``vslice.io/node-gpus`` when the inventory changed or the last write is old;
     after a failure, retries with capped exponential backoff."""
 
-    def __init__(self, api: NodeApi, node: str, every_s: float) -> None:
+    def __init__(
+        self, api: NodeApi, node: str, every_s: float, extra: Mapping[str, str] | None = None
+    ) -> None:
         self.api = api
         self.node = node
         self.every_s = every_s
+        self.extra = dict(extra or {})
         self.written: str | None = None
         self.last_error = ""
         self._due = 0.0
@@ -40,7 +47,7 @@ class InventoryAnnotation:
         if now < self._due and (self.last_error or not changed):
             return
         try:
-            self.api.annotate_node(self.node, {ann.NODE_GPUS: value})
+            self.api.annotate_node(self.node, {**self.extra, ann.NODE_GPUS: value})
         except ClusterError as exc:
             self.last_error = str(exc)
             self._due = now + self._backoff

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from vslice_node.handover.edits import DeviceNodeSpec, Edits, MountSpec
+from vslice_node.handover.edits import DeviceNodeSpec, Edits, HookSpec, MountSpec
 
 CDI_VERSION = "0.6.0"
 DEFAULT_KIND = "vslice.io/gpu"
@@ -143,6 +143,18 @@ def container_edits(edits: Edits, numbers: Mapping[str, DeviceNumbers]) -> dict[
         rendered["deviceNodes"] = [device_node(d, numbers.get(d.host_path)) for d in edits.devices]
     if edits.mounts:
         rendered["mounts"] = [mount(m) for m in edits.mounts]
+    if edits.hooks:
+        rendered["hooks"] = [hook(h) for h in edits.hooks]
+    return rendered
+
+
+def hook(spec: HookSpec) -> dict[str, Any]:
+    rendered: dict[str, Any] = {"hookName": spec.hook_name, "path": spec.path}
+    rendered["args"] = list(spec.args)
+    if spec.env:
+        rendered["env"] = list(spec.env)
+    if spec.timeout_s is not None:
+        rendered["timeout"] = spec.timeout_s
     return rendered
 
 

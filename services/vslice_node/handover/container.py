@@ -10,7 +10,10 @@ in two groups, computed once each:
   the node's CDI spec file (:func:`cdi_spec`) and the response only names CDI devices;
 - per container (:func:`container_edits`): the limits the shim enforces and the container's
   own region directory. They differ for every container started on the same GPU, which a
-  static spec cannot express, so they always travel in the response.
+  static spec cannot express, so they always travel in the response. On a node with the
+  driver-enforced memory backend they also hold the hook that sets the container's limit in
+  the driver; the response cannot carry a hook, so it names the container's own CDI device
+  instead (:mod:`vslice_node.handover.memoryhook`).
 
 With ``injection: mounts`` (runtimes without CDI) all of it goes into the response.
 
@@ -43,6 +46,13 @@ from vslice_core.model import GpuGrant
 from vslice_node.handover import cdispec
 from vslice_node.handover.driver import Driver
 from vslice_node.handover.edits import Edits, MountSpec
+from vslice_node.handover.memoryhook import (
+    CONTAINER_KIND,
+    MARK_FILE,
+    MemoryHook,
+    container_device,
+    hook_edits,
+)
 
 REGION_FILE = "vslice.cache"
 PRELOAD_PATH = "/etc/ld.so.preload"
@@ -81,7 +91,8 @@ class Handover:
     ``shim_env`` holds node-wide shim settings (``VSLICE_CONTEXT_OVERHEAD``,
     ``VSLICE_LOG_LEVEL``); ``driver_cdi_devices`` are templates of further CDI device names
     given per granted GPU (``{uuid}``, ``{index}`` filled in), for a driver that has a CDI
-    spec of its own.
+    spec of its own. ``memory_hook`` is set where the driver enforces memory limits itself
+    (the node's memory backend is ``driver``); None: the shim alone enforces them.
     """
 
     layout: Layout
@@ -90,6 +101,12 @@ class Handover:
     injection: Injection = "cdi"
     cdi_kind: str = cdispec.DEFAULT_KIND
     driver_cdi_devices: tuple[str, ...] = ()
+    memory_hook: MemoryHook | None = None
+
+    @property
+    def memory_backend(self) -> str:
+        """``driver`` or ``shim``: what holds a container's memory at its slice."""
+        return "shim" if self.memory_hook is None else "driver"
 
 
 @dataclass(frozen=True)
@@ -209,7 +226,11 @@ def container_edits(
         # the shim fails closed on this name instead of trusting the environment.
         "VSLICE_LIMITS_FILE": f"{CONTAINER_LIMITS_DIR}/{LIMITS_FILE}",
     }
-    return Edits(envs=envs, mounts=[region, limits])
+    own = Edits(envs=envs, mounts=[region, limits])
+    if handover.memory_hook is None:
+        return own
+    mark = layout.host_limits_dir(pod_uid, container) / MARK_FILE
+    return own + hook_edits(handover.memory_hook, grants, mark)
 
 
 def container_handover(
@@ -222,15 +243,18 @@ def container_handover(
     """The answer for one container, in the handover's mode."""
     own = container_edits(handover, grants, pod_uid, container)
     extra = driver_cdi_devices(handover, grants)
+    if own.hooks:
+        # Written by the allocator beside the limits file (memoryhook.write_container_spec).
+        extra.append(f"{CONTAINER_KIND}={container_device(pod_uid, container)}")
     if handover.injection == "cdi":
         names = [cdispec.qualified_name(handover.cdi_kind, grant.uuid) for grant in grants]
-        return ContainerHandover(own.envs, own.mounts, own.devices, [*names, *extra])
+        return ContainerHandover(own.envs, own.mounts, own.devices, cdi_devices=[*names, *extra])
     gpus = Edits()
     for grant in grants:
         gpus = gpus + gpu_edits(handover, minors.get(grant.uuid, grant.index))
     # GPU nodes first, then what every container gets; the container's own edits win last.
     edits = gpus + shared_edits(handover) + own
-    return ContainerHandover(edits.envs, edits.mounts, edits.devices, extra)
+    return ContainerHandover(edits.envs, edits.mounts, edits.devices, cdi_devices=extra)
 
 
 def driver_cdi_devices(handover: Handover, grants: Sequence[GpuGrant]) -> list[str]:

@@ -13,8 +13,10 @@ monitor adds ``node`` to every series, see :mod:`vslice_node.metrics`):
   counter change (since it first saw the region when the counter never moved). The monitor
   keeps no state across restarts: after one, idle time counts from the restart.
 
-Per container: ``vslice_container_processes``. Per node: ``vslice_monitor_regions`` (region
-files read) and ``vslice_monitor_unreadable_regions``.
+Per container: ``vslice_container_processes``, and ``vslice_container_memory_backend``
+(label ``backend``: ``driver`` where the driver holds the container's memory at its slice,
+as the hook's mark in its limits directory says; ``shim`` otherwise). Per node:
+``vslice_monitor_regions`` (region files read) and ``vslice_monitor_unreadable_regions``.
 
 Regions whose pods ended or are gone (:class:`vslice_node.monitor.podnames.PodView`) are read
 but not exported, and their samples are forgotten.
@@ -156,6 +158,11 @@ def _families(hami: bool) -> dict[str, Family]:
         "processes": gauge(
             "vslice_container_processes", "Processes with a live slot", CONTAINER_LABELS
         ),
+        "backend": gauge(
+            "vslice_container_memory_backend",
+            "1 for what holds the container's GPU memory at its slice: driver or shim",
+            [*CONTAINER_LABELS, "backend"],
+        ),
     }
     if hami:
         families |= {
@@ -193,8 +200,10 @@ class ContainerCollector(Collector):
         idleness: Idleness | None = None,
         *,
         hami: bool = False,
+        backend_of: Callable[[str, str], str] = lambda _uid, _container: "shim",
     ) -> None:
         self.reader = reader
+        self.backend_of = backend_of  # (pod uid, container) -> "driver" | "shim"
         self.pods = pods or no_pods
         self.utilization = utilization or Utilization()
         self.idleness = idleness or Idleness()
@@ -211,6 +220,8 @@ class ContainerCollector(Collector):
             namespace, pod = view.names.get(region.file.pod_uid, ("", ""))
             owner = [namespace, pod, region.file.pod_uid, region.file.container]
             families["processes"].add_metric(owner, len(region.snapshot.processes))
+            backend = self.backend_of(region.file.pod_uid, region.file.container)
+            families["backend"].add_metric([*owner, backend], 1)
             live |= self._add_devices(families, region, owner)
         self.utilization.forget_except(live)
         self.idleness.forget_except(live)

@@ -22,6 +22,7 @@ from vslice_serving.httpserve import (
 from vslice_serving.settings import load_settings
 
 from vslice_node.handover.checkpoint import prepared_claims
+from vslice_node.handover.memoryhook import MARK_FILE, marked_backend
 from vslice_node.metrics import NodeMetrics
 from vslice_node.monitor.collector import ContainerCollector, Idleness, no_pods
 from vslice_node.monitor.idlereclaim import IdleReclaimer, IdleSettings
@@ -60,8 +61,19 @@ def metrics_service(
     """The HTTP service and the cleanups it needs at shutdown."""
     served = NodeMetrics(settings.node_name)
     reader = RegionReader(Path(settings.cache_root))
+    limits_root = Path(settings.limits_root)
+
+    def backend_of(owner: str, container: str) -> str:
+        mark = limits_root / owner / container / MARK_FILE
+        try:
+            return marked_backend(mark.read_text(errors="replace"))
+        except OSError:
+            return marked_backend(None)
+
     served.registry.register(
-        ContainerCollector(reader, pods, idleness=idleness, hami=settings.hami_metrics)
+        ContainerCollector(
+            reader, pods, idleness=idleness, hami=settings.hami_metrics, backend_of=backend_of
+        )
     )
     for collector in more:
         served.registry.register(collector)

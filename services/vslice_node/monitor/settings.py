@@ -19,6 +19,11 @@ class MonitorSettings(NodeServiceSettings, NodeTlsSettings):
         description="nvml adds whole-GPU metrics from the driver (skipped, with one log line, "
         "when NVML cannot start); static exports container metrics only.",
     )
+    limits_root: str = Field(
+        default="/var/lib/vslice/limits",
+        description="The node agent's handover.limits_root: where each container's "
+        "memory-backend mark lies (vslice_container_memory_backend).",
+    )
     pod_names: bool = Field(
         default=True,
         description="Look up namespace and pod name of each pod uid in the API server "

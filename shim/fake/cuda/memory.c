@@ -3,7 +3,8 @@
    attributes and release threshold), pinned host memory (never charged to a device),
    cuMemGetInfo, host<->device copies, virtual memory management (2 MiB granularity) and arrays.
    Device memory is host memory; what it takes is charged to its device in the node's state
-   (fake_reserve_memory), which enforces the device's capacity. */
+   (fake_reserve_memory), which enforces the device's capacity and the driver-enforced memory
+   limits of the process's cgroup. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -380,13 +381,15 @@ CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) {
     return cuMemFreeAsync(dptr, hStream);
 }
 
+/* The card, or under a driver-enforced memory limit the limit and what is left of it
+   (memory_limits.c). */
 CUresult cuMemGetInfo_v2(size_t *free, size_t *total) {
     NEED_CTX;
     if (free == NULL || total == NULL) return CUDA_ERROR_INVALID_VALUE;
-    struct fake_device_state *d = device_of_current();
-    uint64_t used = __atomic_load_n(&d->used, __ATOMIC_RELAXED);
-    *total = (size_t)d->total;
-    *free = (size_t)(used >= d->total ? 0 : d->total - used);
+    uint64_t bytes_total, bytes_free;
+    fake_memory_view(current->physical, fake_own_namespace(), &bytes_total, &bytes_free);
+    *total = (size_t)bytes_total;
+    *free = (size_t)bytes_free;
     return CUDA_SUCCESS;
 }
 

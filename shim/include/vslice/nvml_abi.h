@@ -11,10 +11,12 @@ typedef enum nvmlReturn_enum {
     NVML_ERROR_UNINITIALIZED = 1,
     NVML_ERROR_INVALID_ARGUMENT = 2,
     NVML_ERROR_NOT_SUPPORTED = 3,
+    NVML_ERROR_NO_PERMISSION = 4,
     NVML_ERROR_NOT_FOUND = 6,
     NVML_ERROR_INSUFFICIENT_SIZE = 7,
     NVML_ERROR_TIMEOUT = 10,
     NVML_ERROR_FUNCTION_NOT_FOUND = 13,
+    NVML_ERROR_INSUFFICIENT_RESOURCES = 23,
     NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25,
     NVML_ERROR_UNKNOWN = 999
 } nvmlReturn_t;
@@ -139,5 +141,39 @@ nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long ev
                                       nvmlEventSet_t set);
 nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms);
 nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set);
+
+/*
+ * Driver-enforced memory limits (R615 drivers, CUDA 13.4, cgroup v2): a cap (hardLimit, the
+ * kernel's dmem.max) and a reservation (softLimit, dmem.min) on one GPU's memory for the
+ * processes of one cgroup, named by the full sysfs path of its directory (nameSpace). Set needs
+ * root and is refused on MIG; Get is open to everyone, and also answers the bytes the cgroup's
+ * processes hold. Layouts from NVIDIA's own bindings (cuda-bindings 13.5, cynvml.pxd;
+ * tests/shim/test_driver_memory_limits.py compares them): there is no version field.
+ *
+ * NVIDIA's 12.9 nvml.h, which `make drift` compiles against, has none of this, so it is declared
+ * outside the `#ifndef __nvml_nvml_h__` block above. A later nvml.h that declares these types
+ * makes every drift build fail with a redefinition: that is the alarm wanted, to move them into
+ * the block and compare their layouts in tests/abi_values.c.
+ */
+typedef struct {
+    char *nameSpace; /* the cgroup's directory, e.g. /sys/fs/cgroup/kubepods.slice/... */
+    unsigned long long softLimit;
+    unsigned long long hardLimit;
+} nvmlSetMemoryLimits_v1_t;
+
+typedef struct {
+    char *nameSpace; /* NULL: the caller's own cgroup */
+    unsigned long long softLimit;
+    unsigned long long hardLimit;
+    unsigned long long currentUsed;
+} nvmlGetMemoryLimits_v1_t;
+
+/* "No limit", as cgroup's "max": softLimit 0 with this hardLimit removes a cgroup's limit, and
+   Get answers it for a cgroup without one. NVIDIA's own value (NVML_DEVICE_MEMORY_LIMIT_MAX) is
+   in no header published yet; this is vslice's choice until it is. */
+#define VSLICE_NVML_MEMORY_LIMIT_MAX (~0ULL)
+
+nvmlReturn_t nvmlDeviceSetMemoryLimits_v1(nvmlDevice_t device, nvmlSetMemoryLimits_v1_t *limits);
+nvmlReturn_t nvmlDeviceGetMemoryLimits_v1(nvmlDevice_t device, nvmlGetMemoryLimits_v1_t *limits);
 
 #endif
