@@ -3,7 +3,7 @@
 #   dist/vslice-*.whl   the vslice wheel of this checkout (rebuilt every time)
 #   wheelhouse/         its dependencies as wheels (cached under ~/.cache/vslice/wheelhouse/,
 #                       keyed by the dependency list, so warm runs never touch the network)
-#   libvslice.so        the shim (make -C shim)
+#   libvslice.so        the shim (make -C shim), and hook/vslice-memory-limit beside it
 #   debs/driver, debs/toolkit   stand-in NVIDIA packages (fake-nvidia-debs.sh)
 # Usage: build-artifacts.sh OUTDIR   (run from anywhere; uses the checkout's .venv)
 set -euo pipefail
@@ -36,6 +36,9 @@ cp "$wheelhouse"/*.whl "$out/wheelhouse/"
 
 make -s -C "$root/shim" -j2 >&2
 cp "$root/shim/build/libvslice.so" "$out/libvslice.so"
+# Beside the shim, where the node role looks for it (vslice_node_memory_limit_hook_file).
+mkdir -p "$out/hook"
+cp "$root/shim/build/hook/vslice-memory-limit" "$out/hook/vslice-memory-limit"
 
 bash "$here/fake-nvidia-debs.sh" "$out/debs" 2>/dev/null
 echo "$out"

@@ -119,6 +119,9 @@ def node_files(tmp_path: Path) -> dict[str, object]:
     wheel.write_bytes(b"PK")
     shim = tmp_path / "libvslice.so"
     shim.write_bytes(b"\x7fELF")
+    hook = tmp_path / "hook" / "vslice-memory-limit"  # beside the shim, as make lays it out
+    hook.parent.mkdir()
+    hook.write_bytes(b"\x7fELF")
     return {"vslice_release_wheel": str(wheel), "vslice_node_shim_file": str(shim)}
 
 
@@ -375,6 +378,7 @@ def _sealed_bundle(root: Path, target: Target) -> Path:
     files = {
         "bin/kubeadm": b"kubeadm",
         "shim/libvslice.so": b"\x7fELF",
+        "shim/hook/vslice-memory-limit": b"\x7fELF",
         "python/wheel/vslice-0.1.0-py3-none-any.whl": b"PK",
     }
     for name, data in files.items():

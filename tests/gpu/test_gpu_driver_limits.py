@@ -9,23 +9,16 @@ driver that cannot (then the shim alone enforces, which tests/gpu/test_gpu_shim.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from test_gpu_shim import BUILD, ROOT, _has_gpu
 
-ROOT = Path(__file__).resolve().parents[2]
-BUILD = ROOT / "shim" / "build"
 HOOK = BUILD / "hook" / "vslice-memory-limit"
 SMOKE = BUILD / "smoke" / "vslice-smoke"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 LIMIT_MIB = 1024
-
-
-def _has_gpu() -> bool:
-    smi = shutil.which("nvidia-smi")
-    return smi is not None and subprocess.run([smi, "-L"], capture_output=True).returncode == 0
 
 
 pytestmark = [

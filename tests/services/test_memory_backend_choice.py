@@ -87,35 +87,23 @@ def test_without_cdi_auto_keeps_the_shim_without_asking_the_driver() -> None:
     assert "CDI" in choice.reason
 
 
-def test_the_settings_refuse_driver_with_mounts_injection(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("handover", "words"),
+    [
+        (
+            {"memory_backend": "driver", "injection": "mounts"},
+            r"memory_backend driver needs handover\.injection cdi",
+        ),
+        ({"memory_backend": "kernel"}, "memory_backend"),
+    ],
+)
+def test_the_settings_refuse_a_backend_they_cannot_give(
+    tmp_path: Path, handover: dict[str, str], words: str
+) -> None:
     config = tmp_path / "agent.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "node_name": "n1",
-                "backend": "static",
-                "inventory": "/etc/vslice/cluster.yaml",
-                "handover": {"memory_backend": "driver", "injection": "mounts"},
-            }
-        )
-    )
-    with pytest.raises(ValueError, match=r"memory_backend driver needs handover\.injection cdi"):
-        load_settings(NodeAgentSettings, config)
-
-
-def test_an_unknown_backend_name_is_refused_naming_the_setting(tmp_path: Path) -> None:
-    config = tmp_path / "agent.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "node_name": "n1",
-                "backend": "static",
-                "inventory": "/etc/vslice/cluster.yaml",
-                "handover": {"memory_backend": "kernel"},
-            }
-        )
-    )
-    with pytest.raises(ValueError, match="memory_backend"):
+    agent = {"node_name": "n1", "backend": "static", "inventory": "/etc/vslice/cluster.yaml"}
+    config.write_text(yaml.safe_dump({**agent, "handover": handover}))
+    with pytest.raises(ValueError, match=words):
         load_settings(NodeAgentSettings, config)
 
 
