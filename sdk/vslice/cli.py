@@ -35,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "allocations": ("vslice.commands.allocations", "list who holds which GPU slice"),
     "bundle": ("vslice_ops.bundle", "build or check the offline bundle hosts are set up from"),
     "delete": ("vslice.commands.delete", "give a slice back: delete a pod or Job by name"),
+    "kueue": ("vslice_ops.kueue", "print what Kueue needs to queue vslice's slices by team"),
     "lab": ("vslice_ops.lab", "run a local lab: real control plane, simulated GPU nodes"),
     "manifests": ("vslice_ops.manifests", "print vslice's install objects as YAML"),
     "plan": ("vslice.commands.plan", "what-if placement: would this pod fit, where, and why not"),

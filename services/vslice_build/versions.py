@@ -34,3 +34,7 @@ KWOK_VERSION = "v0.8.0"
 ETCD_VERSION = "v3.6.16"
 CONTAINERD_VERSION = "v2.4.2"
 """containerd 2 for real nodes: CDI on by default, config version 4 (see ``realnode``)."""
+KUEUE_VERSION = "v0.17.0"
+"""Kueue (sigs.k8s.io/kueue), the newest the Go proxy serves: its configuration and queue API
+(v1beta2) are what ``vslice kueue config`` writes (docs/kueue.md); tests check the generated
+configuration with this version's own loader and workload code (tests/services/kueue_check)."""

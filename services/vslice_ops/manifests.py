@@ -45,14 +45,15 @@ def run(args: argparse.Namespace) -> int:
     from vslice_core.errors import VsliceError
 
     try:
-        values = parse_values(_load(args.values))
+        values = parse_values(load_values(args.values))
         sys.stdout.write(to_yaml(objects(values, args.part or API_PARTS)))
     except VsliceError as error:
         return fail("manifests", error)
     return EXIT_OK
 
 
-def _load(source: str | None) -> Any:
+def load_values(source: str | None) -> Any:
+    """``--values``: a file, standard input (``-``) or nothing (every default)."""
     from vslice_core.cluster import load_yaml
     from vslice_core.errors import InvalidRequest
 
