@@ -28,7 +28,6 @@ at them.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -40,6 +39,7 @@ from vslice_core.dra.allocations import reserved_for
 from vslice_core.dra.preemptviews import WaitingPod, node_views, waiting_pods
 from vslice_core.errors import ClusterError
 from vslice_core.preemption import RunningPod, plan_preemption
+from vslice_serving.periodic import Periodic
 
 from vslice_control.extender.preemptor import (
     PROTECTED_S,
@@ -94,7 +94,6 @@ class DraPreemptor:
         self._evictions = evictions
         self._events = events
         self._active = active
-        self._every_s = every_s
         self._clock = clock
         self._wait_s = wait_s
         self._protected_s = protected_s
@@ -102,8 +101,14 @@ class DraPreemptor:
         self._resting: dict[str, float] = {}  # pod uid -> until when it is not tried again
         self._rest_s = rest_s
         self._protected: dict[str, float] = {}  # pod uid -> until when
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="dra-preemption", daemon=True)
+        self._loop = Periodic(
+            "dra-preemption",
+            every_s,
+            self.check,
+            log,
+            "DRA preemption pass failed",
+            expected=(ClusterError,),
+        )
 
     def check(self) -> None:
         """One pass (module docstring)."""
@@ -214,20 +219,10 @@ class DraPreemptor:
         self._resting = {u: t for u, t in self._resting.items() if t > now}
 
     def start(self) -> None:
-        self._thread.start()
+        self._loop.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._every_s):
-            try:
-                self.check()
-            except ClusterError as exc:
-                log.warning("DRA preemption pass failed", extra={"error": str(exc)})
-            except Exception:  # one bad pass must not end the loop
-                log.exception("DRA preemption pass failed")
+        self._loop.stop()
 
 
 def _label(waiting: WaitingPod) -> str:

@@ -60,6 +60,7 @@ from vslice_core.idle import (
     namespace_policy,
     next_step,
 )
+from vslice_serving.periodic import Periodic
 
 from vslice_node.monitor.collector import Idleness
 from vslice_node.monitor.regions import ContainerRegion, RegionReader
@@ -212,8 +213,9 @@ class IdleReclaimer:
         self._tracked: dict[str, _Tracked] = {}
         self._last_check: float | None = None
         self._reported: set[str] = set()  # problems logged once
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="idle-reclaim", daemon=True)
+        self._loop = Periodic(
+            "idle-reclaim", settings.every_s, self.check, log, "idle check failed"
+        )
 
     # -- one pass ------------------------------------------------------------------------------
 
@@ -392,18 +394,10 @@ class IdleReclaimer:
     # -- the loop ------------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._thread.start()
+        self._loop.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.settings.every_s):
-            try:
-                self.check()
-            except Exception:  # one bad pass must not end the loop of a node's monitor
-                log.exception("idle check failed")
+        self._loop.stop()
 
 
 def _gib(held: int) -> str:
