@@ -63,3 +63,17 @@ def cluster_objects() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         pod("team-b", "done", "node-b", [("GPU-node-b-0", 0, 5120, 80)], phase="Succeeded"),
     ]
     return nodes, pods
+
+
+class NoDraObjects:
+    """The DRA reads of a fake SDK API for a cluster without DRA: no slices, claims or
+    templates (mixed into the tests' fakes)."""
+
+    def list_resource_slices(self, driver: str) -> list[dict[str, Any]]:
+        return []
+
+    def list_resource_claims(self, namespace: str | None = None) -> list[dict[str, Any]]:
+        return []
+
+    def get_resource_claim_template(self, namespace: str, name: str) -> None:
+        return None

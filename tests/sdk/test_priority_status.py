@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from api_objects import cluster_objects, pod
+from api_objects import NoDraObjects, cluster_objects, pod
 from vslice import Client, InvalidRequest, NoFit, Slice
 from vslice.manifests import job_manifest, pod_manifest
 from vslice.workload import EVICTED, Workload
@@ -24,7 +24,7 @@ CLASSES = [
 ]
 
 
-class Calls:
+class Calls(NoDraObjects):
     """The calls Client and Workload make, in memory."""
 
     def __init__(self, pods: list[dict[str, Any]] | None = None) -> None:
@@ -43,15 +43,6 @@ class Calls:
 
     def list_pods(self, namespace: str | None = None, **_: Any) -> list[dict[str, Any]]:
         return self.pods
-
-    def list_resource_slices(self, driver: str) -> list[dict[str, Any]]:
-        return []
-
-    def list_resource_claims(self, namespace: str | None = None) -> list[dict[str, Any]]:
-        return []
-
-    def get_resource_claim_template(self, namespace: str, name: str) -> None:
-        return None
 
     def list_priority_classes(self) -> list[dict[str, Any]]:
         return self.classes

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import vslice
-from api_objects import A100, cluster_objects, node
+from api_objects import A100, NoDraObjects, cluster_objects, node
 from vslice.cli import main
 from vslice.errors import ClusterError, Stalled, Timeout
 from vslice_kube.workloads import Workloads
@@ -67,7 +67,7 @@ def unschedulable(memory_mib: int = 10240) -> dict[str, Any]:
     return pod
 
 
-class Cluster:
+class Cluster(NoDraObjects):
     """The calls ``Client`` and ``Workload`` make; ``get_pod`` plays ``states`` in order."""
 
     def __init__(
@@ -99,15 +99,6 @@ class Cluster:
     def list_pods(self, namespace: str | None = None) -> list[dict[str, Any]]:
         mine = self.current()
         return [*self.others, *([mine] if mine else [])]
-
-    def list_resource_slices(self, driver: str) -> list[dict[str, Any]]:
-        return []
-
-    def list_resource_claims(self, namespace: str | None = None) -> list[dict[str, Any]]:
-        return []
-
-    def get_resource_claim_template(self, namespace: str, name: str) -> None:
-        return None
 
     def get_node(self, name: str) -> dict[str, Any]:
         for found in self.nodes:
