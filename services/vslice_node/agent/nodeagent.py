@@ -281,8 +281,9 @@ class NodeAgent:
         if self.dra is not None:
             self.dra.publisher.maybe_publish(on_dra, time.monotonic())
         self.sweeper.maybe_sweep(time.monotonic())
-        self.limits_sweeper.maybe_sweep(time.monotonic())
-        if self.handover.memory_hook is not None:
+        swept = self.limits_sweeper.maybe_sweep(time.monotonic())
+        if swept and self.handover.memory_hook is not None:
+            # On the limits sweep's schedule: a container's hook spec goes with its limits.
             remove_orphan_specs(self.handover.memory_hook.spec_dir, self.layout.limits_root)
 
     def sync_node_files(self) -> None:

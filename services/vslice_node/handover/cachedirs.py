@@ -60,10 +60,13 @@ class CacheSweeper:
         self._due = 0.0
         self._strange: set[str] = set()  # root entries that are no directory, logged once
 
-    def maybe_sweep(self, now: float) -> None:
-        if now >= self._due:
-            self._due = now + self.every_s
-            self.sweep()
+    def maybe_sweep(self, now: float) -> bool:
+        """Sweep when due; whether it was."""
+        if now < self._due:
+            return False
+        self._due = now + self.every_s
+        self.sweep()
+        return True
 
     def sweep(self) -> list[Path]:
         """Delete stale uid directories; the ones deleted."""

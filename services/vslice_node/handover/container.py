@@ -103,11 +103,6 @@ class Handover:
     driver_cdi_devices: tuple[str, ...] = ()
     memory_hook: MemoryHook | None = None
 
-    @property
-    def memory_backend(self) -> str:
-        """``driver`` or ``shim``: what holds a container's memory at its slice."""
-        return "shim" if self.memory_hook is None else "driver"
-
 
 @dataclass(frozen=True)
 class ContainerHandover(Edits):
