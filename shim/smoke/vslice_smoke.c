@@ -2,7 +2,7 @@
  * vslice-smoke: what a user runs inside a GPU container to see the slice it was given.
  *
  *   vslice-smoke memory  [--step SIZE] [--device N] [--hold SECONDS]
- *   vslice-smoke hold    --memory SIZE --seconds N [--device N]
+ *   vslice-smoke hold    --memory SIZE --seconds N [--device N]   (SIGTERM ends it early)
  *   vslice-smoke compute --seconds N [--kernel-ms K] [--device N]
  *   any mode:            --cuda-library PATH  --nvml-library PATH
  *
@@ -16,6 +16,7 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -107,9 +108,19 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* Set by SIGTERM during a hold: a pod deleted while it holds ends the hold and frees its
+ * memory through the driver, as a program that cleans up on SIGTERM does, rather than being
+ * killed holding it (the kubelet sends SIGTERM first, even with a grace period of 0). */
+static volatile sig_atomic_t stop_requested;
+
+static void on_stop(int sig) {
+    (void)sig;
+    stop_requested = 1;
+}
+
 static void sleep_s(double seconds) {
     struct timespec ts = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR && !stop_requested) {
     }
 }
 
@@ -398,10 +409,15 @@ static int run_hold(const struct options *o) {
         say("hold_error", "%s", cu_name(r));
         return fail(EXIT_CHECK, "cannot allocate %llu MiB on device %d", mib(o->memory), o->device);
     }
+    /* No SA_RESTART: the signal interrupts nanosleep, and sleep_s sees the flag. */
+    struct sigaction stop = {.sa_handler = on_stop};
+    sigemptyset(&stop.sa_mask);
+    sigaction(SIGTERM, &stop, NULL);
     say("held_mib", "%llu", mib(held_bytes));
     say("holding_seconds", "%g", o->seconds);
     fflush(stdout);
     sleep_s(o->seconds);
+    if (stop_requested) say("hold_stopped", "SIGTERM");
     release_all();
     return 0;
 }

@@ -117,10 +117,10 @@ def test_every_dashboard_query_returns_data(real_node: RealNode, namespace: str)
     real_node.smoke_pod(
         namespace,
         "holder",
-        # Ends on its own soon after the checks: the fake driver cannot see a killed process's
-        # memory freed (its card counter is shared across the node's pid namespaces), so a
-        # holder deleted while it holds would leave 1 GiB of the card used for later tests.
-        ["hold", "--memory", "1g", "--seconds", "40"],
+        # Held until the checks are done, then deleted: the kubelet's SIGTERM ends the hold and
+        # the holder frees its memory through the driver (the fake driver cannot see a killed
+        # process's memory freed: its card counter is shared across the node's pid namespaces).
+        ["hold", "--memory", "1g", "--seconds", "600"],
         memory_mib=2048,
         cores=30,
     )
@@ -157,7 +157,13 @@ def test_every_dashboard_query_returns_data(real_node: RealNode, namespace: str)
         query=f'vslice_quota_memory_used_bytes{{namespace="{namespace}"}}',
     )["result"]
     assert [float(r["value"][1]) for r in used] == [2048 * 2**20]
-    real_node.wait_finished(namespace, "holder")
+    lab.core.delete_namespaced_pod("holder", namespace)
+    _wait(
+        "the holder stopped and gone",
+        lambda: (
+            not lab.core.list_namespaced_pod(namespace, field_selector="metadata.name=holder").items
+        ),
+    )
 
 
 def test_lab_status_prints_prometheus_and_every_components_address(services: LabHandle) -> None:

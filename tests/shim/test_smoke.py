@@ -88,6 +88,24 @@ def test_a_held_slice_is_seen_by_the_next_process_of_the_container(smoke: Smoke)
     assert report[f"nvml.0.process.{pids[held['pid']]}.used_mib"] == "300"
 
 
+def test_sigterm_ends_a_hold_early_and_frees_its_memory_through_the_driver(smoke: Smoke) -> None:
+    # What a deleted pod's holder gets from the kubelet: SIGTERM, then the memory is free.
+    env = _slice(smoke, VSLICE_CONTEXT_OVERHEAD="0")
+    holder = smoke.start("hold", "--memory", "300m", "--seconds", "600", **env)
+    try:
+        _wait_holding(holder)
+        holder.terminate()
+        out, err = holder.communicate(timeout=10)
+    finally:
+        if holder.poll() is None:
+            _stop(holder)
+    assert holder.returncode == 0, out + err
+    # What follows the holding line (already read): the stop, the free, the result.
+    assert {"hold_stopped=SIGTERM", "freed_mib=300", "result=ok"} <= set(out.splitlines()), out
+    after = smoke.run("memory", "--step", "100m", **env)
+    assert after["device.0.info_free_mib"] == "1000"  # nothing left held in the region
+
+
 def test_memory_hold_keeps_the_whole_slice_until_it_ends(smoke: Smoke) -> None:
     env = _slice(smoke, VSLICE_CONTEXT_OVERHEAD="0")
     holder = smoke.start("memory", "--hold", "60", **env)
