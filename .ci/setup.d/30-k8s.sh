@@ -18,6 +18,7 @@ done
 k8s_built() {
   .venv/bin/python -m vslice_build.binaries --check >/dev/null 2>&1 || return 1
   [ "${VSLICE_SETUP:-full}" = lab ] && return 0
+  .venv/bin/python -m vslice_build.kueue --check >/dev/null 2>&1 || return 1
   local version
   for version in $vslice_k8s_older; do
     .venv/bin/python -m vslice_build.binaries --check --no-node --version "$version" \
@@ -42,6 +43,9 @@ if [ "${VSLICE_SETUP:-full}" = full ]; then
     .venv/bin/python -m vslice_build.binaries --no-node --version "$vslice_k8s_version"
   done
   unset vslice_k8s_version
+  # Kueue for the session lab's team queues (tests/e2e/test_kueue_lab.py); `vslice lab up
+  # --kueue` builds it on demand in the lab profile.
+  .venv/bin/python -m vslice_build.kueue
 fi
 # kubectl of the lab's version beside vslice, so the docs' `.venv/bin/kubectl` works on a machine
 # without one; a kubectl someone put there is left alone.

@@ -88,15 +88,21 @@ class Client:
         absent = self._calls.dra_unavailable
         claims = [] if absent else self._calls.list_resource_claims()
         absent = absent or self._calls.dra_unavailable
+        workloads = self._calls.kueue.workloads()
         snapshot = ClusterSnapshot.read(
             nodes,
             pods,
             slices,
             claims,
             templates=None if absent else self._calls.get_resource_claim_template,
+            workloads=workloads,
         )
         if absent:
             snapshot.problems.append(f"DRA allocations are not shown: {absent}")
+        no_kueue = self._calls.kueue.unavailable
+        if no_kueue and "403" in no_kueue:
+            # A cluster without Kueue is normal; one whose queues we may not read is not.
+            snapshot.problems.append(f"queued jobs are not shown: {no_kueue}")
         return snapshot, pods
 
     def gpus(self) -> GpuTable:
@@ -148,17 +154,23 @@ class Client:
         env: Mapping[str, str] | None = None,
         labels: Mapping[str, str] | None = None,
         kind: Literal["Pod", "Job"] = "Pod",
-        queue: bool = False,
+        queue: bool | str = False,
     ) -> Workload:
         """Run ``image`` with a GPU slice as a Pod (or a Job). The request is checked
         against the live cluster first: a bad value or an unknown GPU type raises
-        InvalidRequest and, unless ``queue=True``, a request that cannot fit now raises
-        NoFit (with the reasons per node) — in both cases nothing is created."""
+        InvalidRequest and, unless ``queue`` is given, a request that cannot fit now raises
+        NoFit (with the reasons per node) — in both cases nothing is created.
+
+        ``queue=True`` creates it all the same (it waits for room as a pending pod);
+        ``queue="team-a"`` names a Kueue LocalQueue of the namespace: a Job is created
+        suspended in that queue and starts when Kueue admits it (its quota, borrowing and
+        fair sharing; docs/kueue.md). ``job.status.queue`` then says where it stands."""
         wanted = as_slice(slice)
         pod = manifests.pod_manifest(
             image, command, slice=wanted, name=name, env=env, labels=labels
         )
-        manifest = manifests.job_manifest(pod) if kind == "Job" else pod
+        queued = isinstance(queue, str)
+        manifest = manifests.job_manifest(pod) if kind == "Job" or queued else pod
         return self._create(manifest, wanted, namespace, queue, "main")
 
     def submit(
@@ -168,10 +180,11 @@ class Client:
         slice: SliceLike | None = None,
         container: str | None = None,
         namespace: str | None = None,
-        queue: bool = False,
+        queue: bool | str = False,
     ) -> Workload:
         """Create a Pod or Job from a manifest (a dict or YAML text), optionally putting
-        ``slice`` on one container (default: the first). Checked like :meth:`run`. YAML text
+        ``slice`` on one container (default: the first). Checked like :meth:`run`, ``queue``
+        included (a LocalQueue's name queues a Job in Kueue; a Pod cannot be). YAML text
         may hold, beside the workload, the ResourceClaimTemplates and ResourceClaims it
         names: they are created first (one that exists already is kept)."""
         body, beside = _load_manifest(manifest)
@@ -193,11 +206,14 @@ class Client:
         manifest: dict[str, Any],
         wanted: Slice | None,
         namespace: str | None,
-        queue: bool,
+        queue: bool | str,
         container: str | None = None,
         beside: Sequence[Mapping[str, Any]] = (),
     ) -> Workload:
         ns = _resolve_namespace(manifest, namespace) or self.namespace
+        if isinstance(queue, str):
+            manifest = manifests.in_local_queue(manifest, queue)
+            self._check_local_queue(queue, ns)
         objects = _in_namespace(beside, ns)
         if wanted is not None and wanted.path == "dra":
             template = manifests.claim_template(
@@ -227,6 +243,38 @@ class Client:
         return Workload(
             self._calls, manifest["kind"], ns, created["metadata"]["name"], snapshot=self.snapshot
         )
+
+    def _check_local_queue(self, queue: str, namespace: str) -> None:
+        """The LocalQueue must exist in the namespace: a Job labelled for a queue that does
+        not exist would wait suspended for ever."""
+        if not queue:
+            raise InvalidRequest(
+                "queue: a LocalQueue's name, True or False, got an empty name",
+                field="queue",
+                value=queue,
+            )
+        found = self._calls.kueue.local_queues(namespace)
+        names = sorted(str(q["metadata"]["name"]) for q in found)
+        if queue in names:
+            return
+        if self._calls.kueue.unavailable:
+            why = self._calls.kueue.unavailable
+        else:
+            why = f"namespace {namespace} has " + (
+                f"the queues {', '.join(names)}" if names else "no LocalQueue"
+            )
+        raise InvalidRequest(
+            f"queue: no Kueue LocalQueue {queue!r} in namespace {namespace}: {why} (an "
+            "administrator creates them, docs/kueue.md; queue=True waits without Kueue)",
+            field="queue",
+            value=queue,
+        )
+
+    def local_queues(self, namespace: str | None = None) -> list[str]:
+        """The names of the Kueue LocalQueues jobs of ``namespace`` (default: the client's)
+        can be queued in; [] when there are none or Kueue is not installed."""
+        found = self._calls.kueue.local_queues(namespace or self.namespace)
+        return sorted(str(q["metadata"]["name"]) for q in found)
 
     def _may_preempt(self, wanted: Slice | None, plan: Plan, snapshot: ClusterSnapshot) -> bool:
         """Whether a slice that does not fit now is created all the same because its

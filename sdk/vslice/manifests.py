@@ -23,6 +23,7 @@ from typing import Any, Final
 
 from vslice_core.dra import claims
 from vslice_core.model import PodRequest
+from vslice_core.queueing import QUEUE_LABEL
 from vslice_core.requests import pod_request
 
 from vslice import dra
@@ -108,6 +109,23 @@ def job_manifest(pod: Mapping[str, Any], *, backoff_limit: int = 0) -> dict[str,
             "template": template,
         },
     }
+
+
+def in_local_queue(job: dict[str, Any], queue: str) -> dict[str, Any]:
+    """Put a Job in Kueue's LocalQueue ``queue`` of its namespace: the queue label, and created
+    suspended, so that no pod exists before Kueue admits it (Kueue's own webhook suspends it
+    too; suspending here keeps a job from starting past the queue if that webhook is down)."""
+    if job.get("kind") != "Job":
+        raise InvalidRequest(
+            f"queue: Kueue queues Jobs, and this is a {job.get('kind')}; submit a Job (or "
+            "run(..., kind='Job')), or leave queue out",
+            field="queue",
+            value=queue,
+        )
+    metadata = job.setdefault("metadata", {})
+    metadata.setdefault("labels", {})[QUEUE_LABEL] = queue
+    job.setdefault("spec", {})["suspend"] = True
+    return job
 
 
 def pod_template(manifest: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -57,6 +57,7 @@ from vslice_core.dra.devices import inventory_from_slice
 from vslice_core.errors import ClusterError, DecodeError, InvalidRequest
 from vslice_core.ledger import Ledger, charges
 from vslice_core.model import Allocation, Decision, Gpu, GpuUsage, NodeInventory, PodRequest
+from vslice_core.queueing import QueueState, queue_states
 from vslice_core.requests import pod_request, uses_gpus
 
 from vslice import dra
@@ -163,6 +164,9 @@ class ClusterSnapshot:
     """``namespace/name`` -> the idle mark of each live pod its node's monitor marked."""
     memory_backends: dict[str, str] = field(default_factory=dict)
     """Node name -> ``driver`` or ``shim``, as the node agent wrote it (absent: ``shim``)."""
+    queued: list[QueueState] = field(default_factory=list)
+    """Jobs waiting in a Kueue queue (not admitted yet, so without pods), in queue order;
+    empty without Kueue (docs/kueue.md)."""
     _ledgers: dict[str | None, Ledger] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
@@ -176,12 +180,19 @@ class ClusterSnapshot:
         claims: Iterable[Mapping[str, Any]] = (),
         *,
         templates: TemplateLookup | Mapping[tuple[str, str], Mapping[str, Any]] | None = None,
+        workloads: Iterable[Mapping[str, Any]] = (),
     ) -> ClusterSnapshot:
         """Read the objects as the API sent them. ``slices`` and ``claims`` are the DRA
         path's ResourceSlices and ResourceClaims (other drivers' are skipped); ``templates``
         finds the ResourceClaimTemplate of a pending DRA pod whose claim is not made yet (a
-        mapping keyed ``(namespace, name)`` or a callable; None: such pods are not listed)."""
+        mapping keyed ``(namespace, name)`` or a callable; None: such pods are not listed);
+        ``workloads`` are Kueue's Workloads (the queued Jobs)."""
         snapshot = cls()
+        states = queue_states(w for w in workloads if isinstance(w, Mapping))
+        snapshot.queued = sorted(
+            (state for state in states if state.queued),
+            key=lambda s: (s.namespace, s.queue, s.position or 0, s.job),
+        )
         node_list = list(nodes)
         pod_list = list(pods)
         claim_list = list(claims)

@@ -31,6 +31,7 @@ import ipywidgets as w
 from ipywidgets.widgets.widget_description import DescriptionWidget
 from vslice_core.ledger import charges
 from vslice_core.model import GPU_POLICIES, PodRequest
+from vslice_core.queueing import QueueState
 
 from vslice import progress, views
 from vslice.errors import ClusterError, InvalidRequest, VsliceError
@@ -45,6 +46,8 @@ if TYPE_CHECKING:
 
 Source = Callable[[], ClusterSnapshot]
 Submit = Callable[[Slice, str, str], "Workload"]
+QueuedSubmit = Callable[[Slice, str, str, str], "Workload"]
+"""Submit into the Kueue LocalQueue named last (docs/kueue.md)."""
 ANY_MODEL = "any model"
 GIB = 1024
 MEMORY_STEP_GIB = 0.5
@@ -326,6 +329,24 @@ def pending_html(pending: Sequence[PendingPlan]) -> str:
     )
 
 
+def queued_html(queued: Sequence[QueueState]) -> str:
+    """Jobs waiting in Kueue (no pod yet): their queue, place and Kueue's reason."""
+    if not queued:
+        return ""
+    items = "".join(
+        f"<li><code>{views.esc(q.namespace)}/{views.esc(q.job)}</code> "
+        f'<span style="{MUTED}">in {views.esc(q.queue)}'
+        f"{f' ({q.position} of {q.waiting})' if q.position else ''}</span>: "
+        f"{views.esc(q.reason or 'waiting for Kueue')}</li>"
+        for q in queued
+    )
+    return (
+        f'<div style="padding-top:6px"><b>Queued ({len(queued)})</b> '
+        f'<span style="{MUTED}">jobs waiting in a Kueue queue for their team&#39;s quota</span>'
+        f'<ul style="margin:2px 0;padding-left:20px;line-height:1.4">{items}</ul></div>'
+    )
+
+
 class ClusterView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no types
     """Every GPU with its memory and cores bars and its pods, then the pending pods;
     refreshed on demand or on a timer."""
@@ -349,11 +370,13 @@ class ClusterView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no types
         self.columns = _headers()
         self.rows = w.VBox()
         self.pending = w.HTML()
+        self.queued = w.HTML()
         self.status = w.HTML()
         self.bars: dict[str, GpuBar] = {}
         self.pending_pods: list[PendingPlan] = []
+        self.queued_jobs: list[QueueState] = []
         top = w.HBox([self.header, self.refresh_button], layout=w.Layout(align_items="center"))
-        parts = [top, self.legend, self.columns, self.rows, self.pending, self.status]
+        parts = [top, self.legend, self.columns, self.rows, self.pending, self.queued, self.status]
         super().__init__(parts, layout=w.Layout(max_width="1100px"))
         self.refresh()
         if interval:
@@ -386,6 +409,8 @@ class ClusterView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no types
             self.rows.children = tuple(self.bars[uuid] for uuid in uuids)
         self.pending_pods = pending_plans(snapshot)
         self.pending.value = pending_html(self.pending_pods)
+        self.queued_jobs = list(snapshot.queued)
+        self.queued.value = queued_html(self.queued_jobs)
         rows = list(gpus)
         used = sum(r.memory_used_mib for r in rows)
         total = sum(r.memory_mib for r in rows)
@@ -394,7 +419,9 @@ class ClusterView(w.VBox):  # type: ignore[misc]  # ipywidgets ships no types
             f'<div style="line-height:1.4"><b>{len(gpus.nodes())} nodes, {len(rows)} GPUs</b>'
             f" &middot; memory {views.gib_pair(used, total)} allocated &middot; cores "
             f"{views.percent(cores, all_cores)}% allocated &middot; "
-            f"{len(self.pending_pods)} pending</div>"
+            f"{len(self.pending_pods)} pending"
+            + (f" &middot; {len(self.queued_jobs)} queued" if self.queued_jobs else "")
+            + "</div>"
         )
         self.status.value = f'<span style="{MUTED};font-size:11px">updated {_now()}</span>'
         untitled(self)
@@ -546,7 +573,11 @@ CONTROL = {"width": "460px"}
 
 
 class SlicePicker(w.VBox):  # type: ignore[misc]  # ipywidgets ships no types
-    """Pick a slice from what the cluster has, see the plan, then submit (once per request)."""
+    """Pick a slice from what the cluster has, see the plan, then submit (once per request).
+
+    Where the namespace has Kueue LocalQueues, a queue can be chosen: the slice is then
+    submitted as a Job waiting in that queue, so it may be submitted when it does not fit now
+    (Kueue admits it under the team's quota, and vslice places it once there is room)."""
 
     def __init__(
         self,
@@ -558,10 +589,19 @@ class SlicePicker(w.VBox):  # type: ignore[misc]  # ipywidgets ships no types
         image: str = "python:3.12-slim",
         command: str = "nvidia-smi && sleep 3600",
         follow_interval: float = 1.0,
+        queues: Sequence[str] | None = None,
+        submit_queued: QueuedSubmit | None = None,
     ) -> None:
         self._source = _source(client, source)
         self._submit = submit or (_client_submit(client) if client is not None else None)
+        self._submit_queued = submit_queued or (
+            _client_submit_queued(client) if client is not None else None
+        )
         self.namespace = namespace or (client.namespace if client is not None else "default")
+        if queues is None:
+            queues = client.local_queues(self.namespace) if client is not None else []
+        self.queues = list(queues)
+        self._submitted_queue = ""
         self.follow_interval = follow_interval
         self.snapshot = self._source()
         self.plan: Plan | None = None
@@ -601,6 +641,14 @@ class SlicePicker(w.VBox):  # type: ignore[misc]  # ipywidgets ships no types
             style=STYLE,
             layout=w.Layout(width="260px"),
         )
+        self.queue = w.Dropdown(
+            description="queue",
+            options=[("none: run when it fits", "")] + [(f"Kueue: {q}", q) for q in self.queues],
+            value="",
+            style=STYLE,
+            # Only where the namespace has queues: elsewhere it would offer nothing.
+            layout=w.Layout(width="460px", display="" if self.queues else "none"),
+        )
         self.image = w.Text(description="image", value=image, style=STYLE, layout=layout())
         self.command = w.Text(description="command", value=command, style=STYLE, layout=layout())
         self.refresh_button = w.Button(description="Refresh", icon="refresh")
@@ -610,14 +658,20 @@ class SlicePicker(w.VBox):  # type: ignore[misc]  # ipywidgets ships no types
         self.details = w.Accordion([self.plan_view], titles=("plan: every node's verdict",))
         self.status = w.HTML()
         self._set_choices()
-        for control in (self.model, self.memory, self.cores, self.gpus, self.policy):
+        for control in (self.model, self.memory, self.cores, self.gpus, self.policy, self.queue):
             control.observe(self._changed, names="value")
         for text in (self.image, self.command):
             text.observe(self._changed, names="value")
         self.refresh_button.on_click(lambda _b: self.refresh())
         self.submit_button.on_click(lambda _b: self.submit())
         buttons = w.HBox([self.refresh_button, self.submit_button])
-        controls = [self.model, self.memory, self.cores, w.HBox([self.gpus, self.policy])]
+        controls = [
+            self.model,
+            self.memory,
+            self.cores,
+            w.HBox([self.gpus, self.policy]),
+            self.queue,
+        ]
         parts = [self.image, self.command, buttons, self.verdict, self.status, self.details]
         super().__init__([*controls, *parts])
         untitled(self)
@@ -698,9 +752,16 @@ class SlicePicker(w.VBox):  # type: ignore[misc]  # ipywidgets ships no types
         else:
             self.verdict.value = verdict_html(self.plan)
             self.plan_view.value = self.plan._repr_html_()
-        fits = self.plan is not None and self.plan.fits
-        again = self._submitted is not None and self.request() == self._submitted
-        self.submit_button.disabled = not fits or self._submit is None or again
+        queue = str(self.queue.value)
+        # A queued Job may be submitted when it does not fit now: it waits for quota and room.
+        fits = self.plan is not None and (self.plan.fits or bool(queue))
+        again = (
+            self._submitted is not None
+            and self.request() == self._submitted
+            and queue == self._submitted_queue
+        )
+        submitter = self._submit_queued if queue else self._submit
+        self.submit_button.disabled = not fits or submitter is None or again
         self.submit_button.tooltip = (
             "already submitted: change the request to submit another" if again else ""
         )
@@ -721,19 +782,27 @@ class SlicePicker(w.VBox):  # type: ignore[misc]  # ipywidgets ships no types
         fresh reading now, and again once the pod runs or ends."""
         self.update()
         request = self.request()
-        if request is None or self._submit is None or self.submit_button.disabled:
+        queue = str(self.queue.value)
+        queued, plain = self._submit_queued, self._submit
+        if request is None or self.submit_button.disabled or (queued if queue else plain) is None:
             self.status.value = (
                 "nothing submitted: already submitted, or the slice does not fit or is invalid"
             )
             return None
         self.submit_button.disabled = True
         try:
-            self.workload = self._submit(*request)
+            if queue:
+                assert queued is not None  # checked above
+                self.workload = queued(*request, queue)
+            else:
+                assert plain is not None
+                self.workload = plain(*request)
         except VsliceError as exc:
             self.status.value = f"<b>not submitted:</b> {views.esc(exc)}"
             self.update()
             return None
         self._submitted = request
+        self._submitted_queue = queue
         self._follow(self.workload)
         self.refresh()
         return self.workload
@@ -788,5 +857,12 @@ def verdict_html(plan: Plan) -> str:
 def _client_submit(client: Client) -> Submit:
     def submit(wanted: Slice, image: str, command: str) -> Workload:
         return client.run(image, command or None, slice=wanted)
+
+    return submit
+
+
+def _client_submit_queued(client: Client) -> QueuedSubmit:
+    def submit(wanted: Slice, image: str, command: str, queue: str) -> Workload:
+        return client.run(image, command or None, slice=wanted, queue=queue)
 
     return submit

@@ -24,6 +24,7 @@ from vslice_core.dra import DRIVER
 from vslice_core.errors import DecodeError
 from vslice_core.idle import RECLAIMED
 from vslice_core.preemption import PREEMPTED, preemptor_of
+from vslice_core.queueing import QueueState, state_of_job
 from vslice_core.requests import uses_gpus
 
 from vslice import progress
@@ -40,6 +41,8 @@ UNTIL: Final = ("scheduled", "running", "completed")
 POLL_FIRST_S: Final = 0.2
 POLL_MAX_S: Final = 1.0
 EVICTED: Final = "Evicted"
+QUEUED: Final = "Queued"
+"""The phase of a Job that waits in a Kueue queue (suspended, no pod yet)."""
 
 
 def check_timeout(timeout: float) -> float:
@@ -69,9 +72,14 @@ class WorkloadStatus:
     evicted_at: datetime | None = None
     idle: IdleMark | None = None
     """Set while the pod's slices are idle; ``idle.reclaim_at`` once it is warned."""
+    queue: QueueState | None = None
+    """A Job in a Kueue LocalQueue: its queue, position while it waits, and Kueue's reason
+    for not admitting it (docs/kueue.md); None for anything Kueue does not manage."""
 
     def __str__(self) -> str:
         words = [self.phase or "no pod yet"] + ([f"on {self.node}"] if self.node else [])
+        if self.queue is not None and (self.queue.queued or not self.phase):
+            words.append("- " + self.queue.words())
         if self.idle is not None:
             words.append("- " + idle_words(self.idle, datetime.now(UTC)))
         if self.evicted is not None:
@@ -145,15 +153,26 @@ class Workload:
             with contextlib.suppress(DecodeError):  # a malformed mark is no mark
                 idle = idle_mark(pod.get("metadata") or {})
         message = str(eviction.get("message") or "") if eviction else None
+        queue = self.queue_state()
+        phase = shown_phase(pod) if pod is not None else (EVICTED if eviction else "")
+        if pod is None and queue is not None and queue.queued:
+            phase = QUEUED
         return WorkloadStatus(
             # A pod vslice evicted is gone (a Job's replacement, if any, is the pod here).
-            phase=shown_phase(pod) if pod is not None else (EVICTED if eviction else ""),
+            phase=phase,
             node=node_name(pod) if pod is not None else "",
             preempted_by=preemptor_of(message) if message else None,
             evicted=message,
             evicted_at=_event_time(eviction) if eviction else None,
             idle=idle,
+            queue=queue,
         )
+
+    def queue_state(self) -> QueueState | None:
+        """Where this Job stands in Kueue (None for a Pod, or a Job Kueue does not manage)."""
+        if self.kind != "Job":
+            return None
+        return state_of_job(self._calls.kueue.workloads(self.namespace), self.namespace, self.name)
 
     def _latest_eviction(self, pod: Mapping[str, Any] | None) -> dict[str, Any] | None:
         """The newest event by which vslice evicted this pod or one of this Job's pods (for a
@@ -287,6 +306,19 @@ class Workload:
         while True:
             pod = self._pod_while_waiting(until)
             found: progress.Blocker | None = None
+            queue = self._queue_while_waiting() if pod is None else None
+            if queue is not None:
+                line = queue.words()
+                if queue.state == "Inadmissible":
+                    raise Stalled(
+                        f"Job {self.namespace}/{self.name} will not be {until}: Kueue does not "
+                        f"admit it: {queue.reason or 'see its Workload ' + queue.workload}",
+                        reason="Inadmissible",
+                        pod=f"{self.namespace}/{self.name}",
+                    )
+                if report is not None and line != said:
+                    report(f"{self.kind} {self.namespace}/{self.name}: {line}")
+                    said = line
             if pod is not None:
                 _raise_if_failed(pod, until)
                 if reached(pod):
@@ -297,14 +329,14 @@ class Workload:
                 found = progress.blocker(pod, nodes[where])
                 if found is not None and found.final:
                     raise self._stalled(pod, found, until)
-                line = why.line(found)
+                line = why.line(found, pod)
                 if report is not None and line and line != said:
                     report(f"{self.kind} {self.namespace}/{self.name}: {line}")
                     said = line
             if time.monotonic() >= deadline:
                 raise Timeout(
                     f"{self.kind} {self.namespace}/{self.name} is not {until} after "
-                    f"{timeout:g}s: {why.at_timeout(pod, found)}"
+                    f"{timeout:g}s: {why.at_timeout(pod, found, queue)}"
                 )
             time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
             pause = min(POLL_MAX_S, pause * 1.5)
@@ -320,6 +352,13 @@ class Workload:
                 code=404,
                 status=exc.status,
             ) from exc
+
+    def _queue_while_waiting(self) -> QueueState | None:
+        """A Job without a pod may wait in Kueue; a cluster that cannot say is no queue."""
+        try:
+            return self.queue_state()
+        except ClusterError:
+            return None
 
     def _stalled(self, pod: dict[str, Any], found: progress.Blocker, until: str) -> Stalled:
         holder = f"{self.namespace}/{pod['metadata']['name']}"
@@ -421,37 +460,44 @@ class _WhyWaiting:
         self.workload = workload
         self._said: dict[str, str] = {}
 
-    def line(self, found: progress.Blocker | None) -> str:
+    def line(self, found: progress.Blocker | None, pod: Mapping[str, Any]) -> str:
         if found is None:
             return ""
         if found.kind != "unschedulable":
             return found.line()
         if found.detail not in self._said:
-            ours = self._vslice_why_not()
+            ours = self._vslice_why_not(str(pod["metadata"]["name"]))
             self._said[found.detail] = found.line() + (f"; vslice: {ours}" if ours else "")
         return self._said[found.detail]
 
-    def _vslice_why_not(self) -> str | None:
+    def _vslice_why_not(self, pod: str) -> str | None:
+        """The engine's cause for ``pod`` (the Pod itself, or a Job's newest pod: a Job
+        Kueue admitted still needs a GPU its slice fits on)."""
         read = self.workload._snapshot
-        if read is None or self.workload.kind != "Pod":
+        if read is None:
             return None
         try:
             snapshot = read()
         except ClusterError:
             return None  # e.g. no right to list every pod: the scheduler's word stands alone
-        return progress.vslice_why_not(snapshot, self.workload.namespace, self.workload.name)
+        return progress.vslice_why_not(snapshot, self.workload.namespace, pod)
 
-    def at_timeout(self, pod: dict[str, Any] | None, found: progress.Blocker | None) -> str:
+    def at_timeout(
+        self,
+        pod: dict[str, Any] | None,
+        found: progress.Blocker | None,
+        queue: QueueState | None = None,
+    ) -> str:
         """``phase Pending, no node yet; not scheduled: ...; vslice: ...`` (or the newest
-        Warning event when the pod's status names no cause)."""
+        Warning event when the pod's status names no cause; Kueue's word for a queued Job)."""
         if pod is None:
-            return "the Job has not created a pod yet"
+            return queue.words() if queue is not None else "the Job has not created a pod yet"
         node = node_name(pod)
         words = [
             f"phase {shown_phase(pod) or 'unknown'}" + (f" on {node}" if node else ", no node yet")
         ]
         if found is not None:
-            words.append(self.line(found))
+            words.append(self.line(found, pod))
         else:
             warning = self._last_warning(pod)
             words += [f"last warning event: {warning}"] if warning else []

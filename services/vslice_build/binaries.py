@@ -70,6 +70,7 @@ BUILD_SECONDS: dict[str, float] = {
     "ctr": 0,
     "kubeadm": 12,
     "kubectl": 10,
+    "kueue": 65,
 }
 """Seconds each binary took to build, measured on an idle 2-core machine (Kubernetes v1.36.3,
 Go modules already downloaded, in the order ``python -m vslice_build.binaries`` builds them,

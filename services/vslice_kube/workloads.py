@@ -32,6 +32,7 @@ from vslice_core.errors import ClusterError
 from vslice_kube.apierrors import translated
 from vslice_kube.client import api_client, kubeconfig_from_environment
 from vslice_kube.dra import DraApi
+from vslice_kube.kueueapi import KueueApi
 from vslice_kube.responses import drained
 
 __all__ = ["IN_CLUSTER_NAMESPACE", "Workloads", "sdk_kubeconfig"]
@@ -87,6 +88,7 @@ class Workloads:
         self._resource: Any = k8s.ResourceV1Api(api)
         self._scheduling: Any = k8s.SchedulingV1Api(api)
         self._dra = DraApi(api, timeout_s=timeout_s)  # the node plugin's calls, reused
+        self.kueue = KueueApi(api, timeout_s=timeout_s)
         self._timeout = timeout_s
         self.dra_unavailable: str | None = None
         """Why the last DRA list came back empty without asking (None: it was read)."""

@@ -14,13 +14,14 @@ import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from vslice_control.install.manifests import API_PARTS, objects
 from vslice_control.install.values import InstallValues, parse_values
 from vslice_core.errors import Timeout
 from vslice_kube.client import api_client
 from vslice_kube.dra import DraApi
-from vslice_kube.installing import apply_objects
+from vslice_kube.installing import apply_objects, wait_established
 from vslice_kube.nodes import apply_node, ready_node_names
 
 from vslice_lab import dra
@@ -70,6 +71,15 @@ class LabCluster:
     def install(self, values: InstallValues, parts: Sequence[str]) -> None:
         """Apply the objects of ``parts`` (``vslice_control.install.manifests``) in order."""
         apply_objects(self._client, objects(values, parts))
+
+    def apply(self, documents: Sequence[Mapping[str, Any]]) -> None:
+        """Apply objects built elsewhere (Kueue's CRDs, webhooks and queues), in order."""
+        apply_objects(self._client, documents)
+
+    def wait_crds_established(self, names: Sequence[str], timeout: float) -> None:
+        """Wait until the API server serves every named CRD; Timeout lists the ones it does
+        not."""
+        wait_established(self._client, names, timeout)
 
     def create_nodes(
         self, nodes: Sequence[LabNode], extra_resources: Mapping[str, str] | None = None

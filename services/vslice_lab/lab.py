@@ -22,12 +22,23 @@ from pathlib import Path
 from typing import Any
 
 from vslice_build import binaries as binaries_module
+from vslice_build import kueue as kueue_binaries
 from vslice_build import prometheus as prometheus_binaries
 from vslice_build.versions import KUBERNETES_VERSION
 from vslice_core.dra import DRIVER
 from vslice_core.errors import InvalidRequest, VsliceError
 
-from vslice_lab import components, configs, dra, pki, processes, prometheus, realnode, state
+from vslice_lab import (
+    components,
+    configs,
+    dra,
+    kueue,
+    pki,
+    processes,
+    prometheus,
+    realnode,
+    state,
+)
 from vslice_lab.cluster import SERVICES_GROUP, LabCluster, lab_parts, lab_values
 from vslice_lab.components import Certificates, Component
 from vslice_lab.errors import LabError
@@ -50,6 +61,7 @@ PORT_NAMES = (
     "vslice-scheduler",
     "vslice-webhook",
     prometheus.PORT_NAME,
+    *kueue.PORT_NAMES,
 )
 
 
@@ -85,6 +97,9 @@ class LabOptions:
     prometheus: bool | None = None
     """Start Prometheus scraping the lab's services: True, False, or None = when it is found
     (``vslice_build.prometheus``) and the lab runs vslice's services or a real node."""
+    kueue: bool = False
+    """Start Kueue (``vslice_lab.kueue``) with the example team queues; built once from its Go
+    module when missing."""
     apiserver_profiling: bool = False
     """Serve kube-apiserver's /debug/pprof (the scheduling benchmark's --pprof)."""
     node_lease_seconds: int = components.NODE_LEASE_SECONDS
@@ -132,6 +147,9 @@ def up(options: LabOptions) -> LabRecord:
             value=unknown[0],
         )
     binaries = binaries_module.ensure(options.version, options.bin_dirs, quiet=False)
+    # Built (or found) before anything starts, like the node binaries: a failed build names
+    # its log with nothing to tear down.
+    kueue_build = kueue_binaries.ensure(extra_dirs=options.bin_dirs) if options.kueue else None
     shim = ShimBuild(options.shim_build or default_shim_build())
     real, note = realnode.choose(nodes, shim, layout.root) if options.real_nodes else ([], "")
     node_binaries = None
@@ -151,6 +169,8 @@ def up(options: LabOptions) -> LabRecord:
         say(f"no real node: {note}")
     try:
         _start_all(layout, options, binaries, node_binaries, record, nodes, real, say)
+        if kueue_build is not None:
+            _start_kueue(layout, options, kueue_build, record, say)
     except BaseException:
         _teardown(layout, record)
         raise
@@ -259,6 +279,30 @@ def _start_prometheus(
     component = prometheus.component(found, layout, certs, record, real, port)
     _launch(layout, record, say, [component], options.timeout)
     say(f"Prometheus scrapes the lab's services: {prometheus.url(record)}")
+
+
+def _start_kueue(
+    layout: Layout,
+    options: LabOptions,
+    build: kueue_binaries.KueueBuild,
+    record: LabRecord,
+    say: Callable[[str], None],
+) -> None:
+    """CRDs and webhooks first, then the controller, then the example queues (which pass its
+    webhooks, so only once it answers)."""
+    certs = prepare_pki(layout)
+    cluster = LabCluster(layout.kubeconfig)
+    try:
+        say(f"installing Kueue {build.version}'s CRDs and webhooks")
+        cluster.apply(kueue.api_objects(build, certs, record.ports[kueue.WEBHOOK_PORT]))
+        cluster.wait_crds_established(kueue.crd_names(build), options.timeout)
+        component = kueue.component(build, layout, certs, record.ports)
+        _launch(layout, record, say, [component], options.timeout)
+        teams = ", ".join(team.name for team in kueue.LAB_TEAMS)
+        say(f"creating Kueue's example queues: {teams}")
+        cluster.install(kueue.queue_values(), kueue.QUEUE_PARTS)
+    finally:
+        cluster.close()
 
 
 def _control_plane(
@@ -658,6 +702,7 @@ def _probes(layout: Layout, record: LabRecord) -> dict[str, Probe]:
         "vslice-scheduler": Probe(f"https://{HOST}:{port['vslice-scheduler']}/readyz", ca=ca),
         "vslice-webhook": Probe(f"https://{HOST}:{port['vslice-webhook']}/healthz", ca=ca),
         prometheus.PORT_NAME: prometheus.probe(record),
+        kueue.COMPONENT: kueue.probe(port.get(kueue.HEALTH_PORT, 0)),
     }
 
 

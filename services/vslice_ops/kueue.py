@@ -47,6 +47,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="each team's SM share in percent of one GPU, summed (default 400: four GPUs)",
     )
     config.add_argument(
+        "--cpu",
+        default="64",
+        help="each team's CPU quota (default 64): the queue must cover every resource its "
+        "jobs ask, or Kueue never admits a job that asks CPU",
+    )
+    config.add_argument(
+        "--ram", default="256Gi", help="each team's host memory quota (default 256Gi)"
+    )
+    config.add_argument(
         "--dra-claims",
         type=int,
         default=None,
@@ -62,8 +71,69 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="print only the Configuration fragment, or only the queue objects",
     )
 
+    merge = actions.add_parser(
+        "merge",
+        help="print a Kueue Configuration with vslice's resource transformations merged in",
+        description="Read Kueue's controller_manager_config.yaml (FILE, or - for stdin) and "
+        "print it with vslice's resources fragment merged in: transformations of vslice's "
+        "resource names and its DeviceClass mapping are replaced, every other setting is "
+        "kept; merging again changes nothing. The Ansible role runs it on Kueue's ConfigMap.",
+    )
+    merge.add_argument("file", metavar="FILE", help="the configuration, or - for stdin")
+    merge.add_argument("--values", metavar="FILE", default=None, help="vslice install values")
+
 
 def run(args: argparse.Namespace) -> int:
+    if args.kueue_action == "merge":
+        return _merge(args)
+    return _config(args)
+
+
+def _merge(args: argparse.Namespace) -> int:
+    import yaml
+    from vslice_control.install.kueue import configuration, merge_configuration
+    from vslice_control.install.values import parse_values
+    from vslice_core.dra import DEVICE_CLASS
+    from vslice_core.errors import InvalidRequest, VsliceError
+
+    from vslice_ops.manifests import load_values
+
+    try:
+        values = parse_values(load_values(args.values))
+        text = sys.stdin.read() if args.file == "-" else _read(args.file)
+        try:
+            existing = yaml.safe_load(text) or {}
+        except yaml.YAMLError as error:
+            raise InvalidRequest(
+                f"file {args.file!r} is not YAML: {error}", field="file", value=args.file
+            ) from None
+        if not isinstance(existing, dict):
+            raise InvalidRequest(
+                f"file {args.file!r} must hold a Kueue Configuration mapping, got "
+                f"{type(existing).__name__}",
+                field="file",
+                value=args.file,
+            )
+        merged = merge_configuration(existing, configuration(values.resources, DEVICE_CLASS))
+        sys.stdout.write(yaml.safe_dump(merged, sort_keys=False))
+    except VsliceError as error:
+        return fail("kueue merge", error)
+    return EXIT_OK
+
+
+def _read(path: str) -> str:
+    from vslice_core.errors import InvalidRequest
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except OSError as error:
+        raise InvalidRequest(
+            f"file {path!r} cannot be read: {error.strerror}", field="file", value=path
+        ) from None
+
+
+def _config(args: argparse.Namespace) -> int:
     from vslice_control.install.kueue import TeamQuota, configuration, queue_objects
     from vslice_control.install.manifests import to_yaml
     from vslice_control.install.values import parse_values
@@ -76,7 +146,17 @@ def run(args: argparse.Namespace) -> int:
         teams = []
         for given in args.team:
             name, _, namespace = str(given).partition("=")
-            teams.append(TeamQuota(name, namespace or name, args.gpus, args.memory, args.cores))
+            teams.append(
+                TeamQuota(
+                    name,
+                    namespace or name,
+                    args.gpus,
+                    args.memory,
+                    args.cores,
+                    args.cpu,
+                    args.ram,
+                )
+            )
         documents = []
         if args.only != "queues":
             documents.append(configuration(names))

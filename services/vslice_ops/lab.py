@@ -120,6 +120,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 action="store_true",
                 help="do not start Prometheus (default: start it when it is installed)",
             )
+            sub.add_argument(
+                "--kueue",
+                action="store_true",
+                help="start Kueue too, with example queues team-a and team-b (40 GiB of GPU "
+                "memory each, one cohort; docs/kueue.md); built once from its Go module",
+            )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -181,6 +187,7 @@ def _up(args: argparse.Namespace) -> int:
         progress=_progress,
         real_nodes=not args.simulated_only,
         prometheus=False if args.no_prometheus else None,
+        kueue=args.kueue,
     )
     layout = Layout.at(args.state_dir)
     stop = shell_command(["lab", "down", "--state-dir", str(args.state_dir)])

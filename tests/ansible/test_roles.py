@@ -771,10 +771,36 @@ MONITORING_VALUES: dict[str, object] = {
 }
 
 
+KUEUE: dict[str, object] = {
+    "vslice_control_plane_kueue": True,
+    "vslice_control_plane_kueue_teams": [
+        {"name": "team-a", "memory": "80Gi"},
+        {"name": "vision", "namespace": "cv-lab", "gpus": 2, "cpu": "16"},
+    ],
+    "vslice_control_plane_kueue_cohort": "lab",
+}
+KUEUE_VALUES: dict[str, object] = {
+    **DEFAULT_VALUES,
+    "kueue": {
+        "queues": True,
+        "teams": [
+            {"name": "team-a", "memory": "80Gi"},
+            {"name": "vision", "namespace": "cv-lab", "gpus": 2, "cpu": "16"},
+        ],
+        "cohort": "lab",
+    },
+}
+
+
 @pytest.mark.parametrize(
     ("variables", "values"),
-    [({}, DEFAULT_VALUES), (RENAMED, RENAMED_VALUES), (MONITORING, MONITORING_VALUES)],
-    ids=["defaults", "renamed", "monitoring"],
+    [
+        ({}, DEFAULT_VALUES),
+        (RENAMED, RENAMED_VALUES),
+        (MONITORING, MONITORING_VALUES),
+        (KUEUE, KUEUE_VALUES),
+    ],
+    ids=["defaults", "renamed", "monitoring", "kueue"],
 )
 def test_the_roles_files_are_what_vslice_manifests_renders_from_its_variables(
     tmp_path: Path, variables: dict[str, object], values: dict[str, object]
@@ -791,6 +817,7 @@ def test_the_roles_files_are_what_vslice_manifests_renders_from_its_variables(
         "gpu-namespaces": bool(expected.gpu_namespaces),
         "prometheus-operator": expected.prometheus.operator,
         "grafana-dashboard": expected.prometheus.grafana_dashboard,
+        "kueue-queues": expected.kueue.queues,
     }
     parts = [part for part in API_PARTS if optional.get(part, True)]
     assert sorted(p.stem for p in (config / "manifests").iterdir()) == sorted(parts)

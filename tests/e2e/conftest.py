@@ -199,6 +199,8 @@ def lab(lab_state_dir: Path) -> Iterator[LabHandle]:
         inventory=INVENTORY,
         services=services,
         extender_url=extender.url,
+        # Kueue's team queues (test_kueue_lab): one more process in the one session lab.
+        kueue=services,
     )
     host_before = fingerprint()
     # Registered before up(): a session killed half way still stops what was started.

@@ -65,9 +65,24 @@ def cluster_objects() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     return nodes, pods
 
 
+class NoKueue:
+    """Kueue's reads (``Workloads.kueue``) on a cluster without Kueue: no queues, no
+    workloads, and the reason the real calls give."""
+
+    unavailable = "Kueue is not installed in this cluster (kueue.x-k8s.io/v1beta2 is not served)"
+
+    def local_queues(self, namespace: str | None = None) -> list[dict[str, Any]]:
+        return []
+
+    def workloads(self, namespace: str | None = None) -> list[dict[str, Any]]:
+        return []
+
+
 class NoDraObjects:
-    """The DRA reads of a fake SDK API for a cluster without DRA: no slices, claims or
-    templates (mixed into the tests' fakes)."""
+    """The DRA reads of a fake SDK API for a cluster without DRA (no slices, claims or
+    templates) and without Kueue (mixed into the tests' fakes)."""
+
+    kueue = NoKueue()
 
     def list_resource_slices(self, driver: str) -> list[dict[str, Any]]:
         return []

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
+from api_objects import NoKueue
 from dra_objects import bare_node, claim, claim_spec, device, dra_pod, resource_slice, result
 from dra_objects import template as claim_template
 from kubernetes import client as k8s
@@ -260,6 +261,8 @@ def test_a_dra_slice_plans_on_the_dra_path() -> None:
 
 class FakeCalls:
     """What ``Workloads`` answers, recorded; ``dra`` False plays a cluster without the API."""
+
+    kueue = NoKueue()
 
     def __init__(self, *, dra_api: bool = True) -> None:
         self.created: list[tuple[str, str, dict[str, Any]]] = []

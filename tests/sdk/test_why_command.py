@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from api_objects import cluster_objects
+from api_objects import NoKueue, cluster_objects
 from dra_objects import claim, claim_spec, device, dra_pod, resource_slice, result
 from dra_objects import template as claim_template
 from vslice.cli import main
@@ -52,6 +52,8 @@ def plain(namespace: str, name: str, node: str = "node-a") -> dict[str, Any]:
 
 class FakeCalls:
     """The Kubernetes calls ``Client`` and ``Workload`` make, answered from lists."""
+
+    kueue = NoKueue()
 
     def __init__(
         self,

@@ -122,6 +122,8 @@ def test_the_teams_share_one_cohort_and_each_namespace_has_its_queue() -> None:
         "nvidia.com/gpu",
         MEMORY_RESOURCE,
         CORES_RESOURCE,
+        "cpu",
+        "memory",
         DRA_CLAIMS_RESOURCE,
     ]
     quotas = {r["name"]: r["nominalQuota"] for r in group["flavors"][0]["resources"]}
@@ -129,6 +131,10 @@ def test_the_teams_share_one_cohort_and_each_namespace_has_its_queue() -> None:
         "nvidia.com/gpu": "2",
         MEMORY_RESOURCE: "40Gi",
         CORES_RESOURCE: "200",
+        # Kueue admits no job whose requests its ClusterQueue does not cover: CPU and host
+        # memory are covered too, with the defaults.
+        "cpu": "64",
+        "memory": "256Gi",
         DRA_CLAIMS_RESOURCE: "8",
     }
     assert queue_a["spec"]["preemption"]["reclaimWithinCohort"] == "Any"
@@ -141,8 +147,14 @@ def test_the_teams_share_one_cohort_and_each_namespace_has_its_queue() -> None:
 
 def test_bad_teams_are_refused_naming_each_field() -> None:
     with pytest.raises(InvalidRequest) as raised:
-        queue_objects([TeamQuota("Team_A", "ok", -1, "40 GB", 10), TeamQuota("b", "b", 1, "1", 1)])
+        queue_objects(
+            [
+                TeamQuota("Team_A", "ok", -1, "40 GB", 10, cpu="lots"),
+                TeamQuota("b", "b", 1, "1", 1),
+            ]
+        )
     message = str(raised.value)
+    assert "cpu 'lots' is not a quantity" in message
     assert "name 'Team_A' is not a DNS label" in message
     assert "memory '40 GB' is not a whole quantity" in message
     assert "gpus -1 is negative" in message
@@ -180,3 +192,87 @@ def test_the_command_prints_the_fragment_then_the_queues() -> None:
     assert refused.returncode == 2
     assert "memory '4GB' is not a whole quantity" in refused.stderr
     assert "Traceback" not in refused.stderr
+
+
+SITE = {
+    "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+    "kind": "Configuration",
+    "waitForPodsReady": {"timeout": "5m"},
+    "resources": {
+        "excludeResourcePrefixes": ["example.com/"],
+        "transformations": [
+            # The site's own, kept; and a stale vslice one, replaced.
+            {"input": "nvidia.com/mig-1g.5gb", "strategy": "Replace", "outputs": {"x/y": "1"}},
+            {"input": "nvidia.com/gpumem", "strategy": "Retain"},
+        ],
+    },
+}
+
+
+def test_merging_keeps_the_sites_settings_replaces_vslices_and_kueue_loads_it(
+    kueue_check: Path, tmp_path: Path
+) -> None:
+    from vslice_control.install.kueue import merge_configuration
+
+    merged = merge_configuration(SITE, configuration())
+    assert merged["waitForPodsReady"] == SITE["waitForPodsReady"]
+    assert merged["resources"]["excludeResourcePrefixes"] == ["example.com/"]
+    inputs = [(t["input"], t["strategy"]) for t in merged["resources"]["transformations"]]
+    assert inputs == [
+        ("nvidia.com/mig-1g.5gb", "Replace"),
+        ("nvidia.com/gpumem", "Replace"),
+        ("nvidia.com/gpucores", "Replace"),
+        ("nvidia.com/gpumem-percentage", "Replace"),
+    ]
+    assert merge_configuration(merged, configuration()) == merged  # a second run: no change
+    assert SITE["resources"]["transformations"][1]["strategy"] == "Retain"  # input untouched
+    report = counted(
+        kueue_check,
+        tmp_path,
+        merged,
+        [pod({"nvidia.com/gpu": "2", "nvidia.com/gpumem": "1024"})],
+    )
+    assert report["error"] == ""
+    assert report["requests"] == [{"nvidia.com/gpu": "2", MEMORY_RESOURCE: str(2 << 30)}]
+
+
+def test_the_merge_command_reads_a_file_and_names_a_bad_one(tmp_path: Path) -> None:
+    site = tmp_path / "controller_manager_config.yaml"
+    site.write_text(yaml.safe_dump(SITE))
+    done = subprocess.run(
+        [sys.executable, "-m", "vslice.cli", "kueue", "merge", str(site)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert yaml.safe_load(done.stdout)["waitForPodsReady"] == SITE["waitForPodsReady"]
+    site.write_text("- a list\n")
+    refused = subprocess.run(
+        [sys.executable, "-m", "vslice.cli", "kueue", "merge", str(site)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert "must hold a Kueue Configuration mapping, got list" in refused.stderr
+
+
+def test_the_install_part_holds_the_teams_of_the_values() -> None:
+    from vslice_control.install.manifests import objects
+    from vslice_control.install.values import parse_values
+
+    assert objects(parse_values({}), ["kueue-queues"]) == []
+    values = parse_values(
+        {"kueue": {"queues": True, "teams": [{"name": "a"}, {"name": "v", "namespace": "cv"}]}}
+    )
+    kinds = [(o["kind"], o["metadata"].get("namespace")) for o in objects(values, ["kueue-queues"])]
+    assert kinds == [
+        ("ResourceFlavor", None),
+        ("ClusterQueue", None),
+        ("ClusterQueue", None),
+        ("LocalQueue", "a"),
+        ("LocalQueue", "cv"),
+    ]
+    with pytest.raises(InvalidRequest, match=r"kueue\.teams"):
+        parse_values({"kueue": {"teams": [{"name": "a", "gpus": -1}]}})

@@ -7,6 +7,9 @@ command and its arguments.
 
 The slice is checked before anything is created: a bad value or an unknown GPU type
 exits 2 naming the field, a slice that cannot fit now exits 1 with the reasons per node.
+``--local-queue NAME`` puts a Job in that Kueue LocalQueue of the namespace instead: it waits
+there, suspended, until Kueue admits it under the team's quota, and each change of its place
+or Kueue's reason is one line on stderr (docs/kueue.md).
 ``--queue`` means "queue it anyway": the pod is created all the same, and stderr says at once
 why it does not fit now, with the numbers per node. When it could not fit even on an empty
 cluster (more memory than any GPU here has, more GPUs than any node has), waiting for room
@@ -71,8 +74,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--name", help="pod or Job name (default: generated)")
     parser.add_argument("-n", "--namespace", help="namespace (default: the kubeconfig's)")
     parser.add_argument("--job", action="store_true", help="create a Job instead of a Pod")
-    parser.add_argument(
+    waiting = parser.add_mutually_exclusive_group()
+    waiting.add_argument(
         "--queue", action="store_true", help="create it even if it fits nowhere now"
+    )
+    waiting.add_argument(
+        "--local-queue",
+        metavar="NAME",
+        help="wait in this Kueue LocalQueue of the namespace: a Job is created suspended and "
+        "starts when Kueue admits it (docs/kueue.md)",
     )
     parser.add_argument(
         "--wait", choices=WAIT_CHOICES, default="running", help="what to wait for (default running)"
@@ -117,28 +127,29 @@ def whole_gpu_note(wanted: Slice) -> str | None:
     )
 
 
-def queued_note(plan: Plan, ever: bool) -> str:
-    """What stderr says at once when ``--queue`` creates a pod that does not fit now."""
+def queued_note(plan: Plan, ever: bool, how: str = "--queue") -> str:
+    """What stderr says at once when ``--queue`` (or ``--local-queue``) creates a pod that
+    does not fit now."""
     why = plan.why_not()
     if ever:
         return (
-            "vslice request: it does not fit now; queued anyway (--queue): it waits until "
+            f"vslice request: it does not fit now; queued anyway ({how}): it waits until "
             f"other pods give room back\n{why}"
         )
     return (
         "vslice request: it can never fit the GPUs this cluster has, even with every GPU "
-        f"free; queued anyway (--queue): it stays Pending until the cluster changes\n{why}"
+        f"free; queued anyway ({how}): it stays Pending until the cluster changes\n{why}"
     )
 
 
-def _queue_check(client: Client, wanted: Slice) -> bool:
+def _queue_check(client: Client, wanted: Slice, how: str = "--queue") -> bool:
     """Say at once why a queued slice does not fit now; False when it never could."""
     snapshot = client.snapshot()
     plan = client.plan(wanted, snapshot=snapshot)
     if plan.fits:
         return True
     ever = client.plan(wanted, snapshot=progress.emptied(snapshot)).fits
-    print(queued_note(plan, ever), file=sys.stderr, flush=True)
+    print(queued_note(plan, ever, how), file=sys.stderr, flush=True)
     return ever
 
 
@@ -161,14 +172,18 @@ def run(args: argparse.Namespace) -> int:
                 plan = client.plan(wanted)
                 print(plan)
                 return EXIT_OK if plan.fits else EXIT_FAILED
-            can_fit = _queue_check(client, wanted) if args.queue else True
+            queue: bool | str = args.queue
+            if args.local_queue is not None:
+                queue = args.local_queue
+            how = "--queue" if args.queue else f"--local-queue {args.local_queue}"
+            can_fit = _queue_check(client, wanted, how) if queue is not False else True
             workload = client.run(
                 args.image,
                 command or None,
                 slice=wanted,
                 name=args.name,
-                kind="Job" if args.job else "Pod",
-                queue=args.queue,
+                kind="Job" if args.job or args.local_queue is not None else "Pod",
+                queue=queue,
             )
             print(f"created {workload.kind.lower()} {workload.namespace}/{workload.name}")
             if args.wait != "none" and not can_fit:

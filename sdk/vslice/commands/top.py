@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from vslice_core.idle import format_duration, parse_duration
+from vslice_core.queueing import QueueState
 
 from vslice.commands.options import EXIT_OK, add_connection_arguments, connect, fail
 from vslice.commands.waiting import asks, why_waiting
@@ -197,6 +198,22 @@ def select_nodes(gpus: GpuTable, nodes: Sequence[str] | None) -> GpuTable:
     return GpuTable(row for row in gpus if row.node in nodes)
 
 
+def queued_text(queued: Sequence[QueueState]) -> str:
+    """The Jobs waiting in Kueue: their queue, place and Kueue's reason (docs/kueue.md)."""
+    rows = [
+        [
+            f"{q.namespace}/{q.job}",
+            q.queue,
+            f"{q.position}/{q.waiting}" if q.position else "-",
+            q.reason or ("not admissible" if q.state == "Inadmissible" else "waiting"),
+        ]
+        for q in queued
+    ]
+    return f"QUEUED ({len(queued)} job{'s' if len(queued) != 1 else ''} waiting in Kueue)\n" + (
+        text_table(["JOB", "QUEUE", "PLACE", "WHY NOT ADMITTED (KUEUE)"], rows)
+    )
+
+
 def pending_text(pending: Sequence[PendingLine]) -> str:
     rows = [[p.pod, p.asks, p.why] for p in pending]
     return f"PENDING ({len(pending)} waiting for a slice)\n" + text_table(
@@ -205,7 +222,10 @@ def pending_text(pending: Sequence[PendingLine]) -> str:
 
 
 def render(
-    gpus: GpuTable, pending: Sequence[PendingLine] = (), nodes: Sequence[str] | None = None
+    gpus: GpuTable,
+    pending: Sequence[PendingLine] = (),
+    nodes: Sequence[str] | None = None,
+    queued: Sequence[QueueState] = (),
 ) -> str:
     """The whole text of ``vslice top`` (without a final newline)."""
     if not len(gpus):
@@ -215,6 +235,8 @@ def render(
     parts = [table]
     if pending:
         parts.append("\n" + pending_text(pending))
+    if queued:
+        parts.append("\n" + queued_text(queued))
     end = footer(gpus, nodes, len(pending))
     parts.append("-" * min(len(end), 100) + "\n" + end)
     return "\n".join(parts)
@@ -251,7 +273,7 @@ def frame(
         return idle_text(lines, idle)
     if as_json:
         return json.dumps(gpus.records(), indent=2)
-    return render(gpus, pending_lines(snapshot), nodes)
+    return render(gpus, pending_lines(snapshot), nodes, snapshot.queued)
 
 
 # --- I/O ---------------------------------------------------------------------------------

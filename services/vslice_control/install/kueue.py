@@ -35,12 +35,15 @@ labels; a quota per model is written as a vslice annotation on the job, not a fl
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from vslice_core.dra import DEVICE_CLASS
 from vslice_core.errors import InvalidRequest
 from vslice_core.resources import DEFAULT_RESOURCE_NAMES, ResourceNames
+
+from vslice_control.install.values import InstallValues
 
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 CONFIG_API = "config.kueue.x-k8s.io/v1beta2"
@@ -51,6 +54,7 @@ DEFAULT_FLAVOR = "vslice-gpu"
 DEFAULT_COHORT = "vslice"
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _QUANTITY = re.compile(r"[0-9]+(Ki|Mi|Gi|Ti)?")
+_ANY_QUANTITY = re.compile(r"[0-9]+(\.[0-9]+)?(m|k|M|G|T|Ki|Mi|Gi|Ti)?")
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,11 @@ class TeamQuota:
     gpus: int
     memory: str
     cores: int
+    cpu: str = "64"
+    """CPU quota: a ClusterQueue must cover every resource its jobs ask, or Kueue never admits
+    a job that asks CPU ("resource cpu unavailable in ClusterQueue")."""
+    ram: str = "256Gi"
+    """Host memory quota (the ``memory`` resource), for the same reason."""
 
     def problems(self) -> list[str]:
         found = []
@@ -74,6 +83,12 @@ class TeamQuota:
                 f"team {self.name!r}: memory {self.memory!r} is not a whole quantity such as "
                 "40Gi or 40960Mi"
             )
+        for field, text in (("cpu", self.cpu), ("ram", self.ram)):
+            if not _ANY_QUANTITY.fullmatch(text):
+                found.append(
+                    f"team {self.name!r}: {field} {text!r} is not a quantity such as 64, 500m "
+                    "or 256Gi"
+                )
         for field, number in (("gpus", self.gpus), ("cores", self.cores)):
             if number < 0:
                 found.append(f"team {self.name!r}: {field} {number} is negative")
@@ -81,7 +96,7 @@ class TeamQuota:
 
 
 def configuration(
-    names: ResourceNames = DEFAULT_RESOURCE_NAMES, device_class: str = "gpu.vslice.io"
+    names: ResourceNames = DEFAULT_RESOURCE_NAMES, device_class: str = DEVICE_CLASS
 ) -> dict[str, Any]:
     """The ``resources`` part of Kueue's Configuration for vslice (merge it into the
     controller's configuration; Kueue reads it at start)."""
@@ -151,6 +166,40 @@ def queue_objects(
     return documents
 
 
+def values_objects(values: InstallValues) -> list[dict[str, Any]]:
+    """The part ``kueue-queues`` of an installation: the queues of ``values.kueue`` (none
+    unless ``kueue.queues``)."""
+    wanted = values.kueue
+    if not wanted.queues:
+        return []
+    teams = [
+        TeamQuota(t.name, t.namespace or t.name, t.gpus, t.memory, t.cores, t.cpu, t.ram)
+        for t in wanted.teams
+    ]
+    return queue_objects(
+        teams, values.resources, cohort=wanted.cohort, dra_claims=wanted.dra_claims
+    )
+
+
+def merge_configuration(existing: Mapping[str, Any], fragment: Mapping[str, Any]) -> dict[str, Any]:
+    """Kueue's Configuration ``existing`` with vslice's ``resources`` fragment merged in: a
+    transformation of the same input and a device class mapping of the same name are replaced,
+    every other setting the site made is kept. Running it again changes nothing."""
+    merged = dict(existing)
+    ours = fragment.get("resources") or {}
+    theirs = dict(merged.get("resources") or {})
+    for key, ident in (("transformations", "input"), ("deviceClassMappings", "name")):
+        mine = list(ours.get(key) or [])
+        taken = {str(item[ident]) for item in mine}
+        kept = [item for item in theirs.get(key) or [] if str(item.get(ident)) not in taken]
+        if mine or kept:
+            theirs[key] = kept + mine
+    merged["resources"] = theirs
+    merged.setdefault("apiVersion", fragment.get("apiVersion"))
+    merged.setdefault("kind", "Configuration")
+    return merged
+
+
 def _cluster_queue(
     team: TeamQuota, names: ResourceNames, cohort: str, flavor: str, dra_claims: int | None
 ) -> dict[str, Any]:
@@ -158,6 +207,8 @@ def _cluster_queue(
         (names.gpu, str(team.gpus)),
         (MEMORY_RESOURCE, team.memory),
         (CORES_RESOURCE, str(team.cores)),
+        ("cpu", team.cpu),
+        ("memory", team.ram),
     ]
     if dra_claims is not None:
         quotas.append((DRA_CLAIMS_RESOURCE, str(dra_claims)))

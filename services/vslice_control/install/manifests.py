@@ -23,6 +23,7 @@ from vslice_control.install import (
     claimreservation,
     dra,
     idlepolicy,
+    kueue,
     monitoring,
     namespaces,
     rbac,
@@ -74,6 +75,12 @@ PARTS: tuple[Part, ...] = (
         monitoring.dashboard_objects,
         True,
         "the Grafana dashboard as a ConfigMap (with prometheus.grafana_dashboard)",
+    ),
+    Part(
+        "kueue-queues",
+        kueue.values_objects,
+        True,
+        "Kueue's ResourceFlavor, ClusterQueues and LocalQueues (with kueue.queues)",
     ),
     Part("kube-scheduler-config", scheduler.objects, False, "kube-scheduler's --config file"),
     Part(

@@ -199,6 +199,40 @@ class PrometheusValues(BaseModel):
         return self
 
 
+class KueueTeamValues(BaseModel):
+    """One team's Kueue quota (docs/kueue.md): a ClusterQueue of its name, a LocalQueue of the
+    same name in its namespace."""
+
+    model_config = _STRICT
+
+    name: str = Field(min_length=1, max_length=63, description="the team (and queue) name")
+    namespace: str | None = Field(default=None, description="its namespace; empty: the name")
+    gpus: int = Field(default=4, ge=0, description="nominal GPUs (slices count one each)")
+    memory: str = Field(default="40Gi", description="nominal GPU memory, a quantity (40Gi)")
+    cores: int = Field(default=400, ge=0, description="nominal SM share, percent summed")
+    cpu: str = Field(default="64", description="nominal CPU (a ClusterQueue covers all asked)")
+    ram: str = Field(default="256Gi", description="nominal host memory")
+
+
+class KueueValues(BaseModel):
+    """Kueue's queues for vslice's slices (the part ``kueue-queues``), for a cluster where
+    Kueue is installed; none by default."""
+
+    model_config = _STRICT
+
+    queues: bool = Field(
+        default=False,
+        description="install a ResourceFlavor, and per team a ClusterQueue and a LocalQueue",
+    )
+    teams: tuple[KueueTeamValues, ...] = Field(default=(), description="the teams and quotas")
+    cohort: str = Field(
+        default="vslice", min_length=1, description="the cohort the teams lend quota in"
+    )
+    dra_claims: int | None = Field(
+        default=None, ge=0, description="also a quota of this many vslice DRA claims per team"
+    )
+
+
 class InstallValues(BaseModel):
     """Everything an installation may choose; the defaults are the Ansible role's."""
 
@@ -249,6 +283,7 @@ class InstallValues(BaseModel):
     kube_scheduler: KubeSchedulerValues = Field(default_factory=KubeSchedulerValues)
     kube_apiserver: KubeApiserverValues = Field(default_factory=KubeApiserverValues)
     prometheus: PrometheusValues = Field(default_factory=PrometheusValues)
+    kueue: KueueValues = Field(default_factory=KueueValues)
 
 
 def parse_values(data: Any) -> InstallValues:
