@@ -31,7 +31,9 @@ docs/performance.md): ratio <= 1.2 and sliced p99 <= 5 s, the same for the DRA p
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
+import socket
 import statistics
 import sys
 import tempfile
@@ -52,6 +54,7 @@ from vslice_core.dra import DEVICE_CLASS
 from vslice_kube.client import api_client
 from vslice_lab import dra as lab_dra
 from vslice_lab import lab as lab_module
+from vslice_lab import realnode
 from vslice_lab.layout import Layout
 from vslice_lab.realnode import node_reader_context
 
@@ -213,6 +216,38 @@ def _delete_all(core: k8s.CoreV1Api, namespace: str) -> None:
         time.sleep(0.5)
 
 
+class _UnixHTTP(http.client.HTTPConnection):
+    """HTTP over a unix socket (containerd's debug server listens on one)."""
+
+    def __init__(self, path: Path, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.path = path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(str(self.path))
+
+
+def profile_containerd(sock: Path, seconds: int, out: Path) -> threading.Thread:
+    """Fetch containerd's CPU profile over ``seconds`` into ``out`` (in a thread started now;
+    a round shorter than that only adds idle time, which takes no samples)."""
+
+    def fetch() -> None:
+        connection = _UnixHTTP(sock, timeout=seconds + 30)
+        try:
+            connection.request("GET", f"/debug/pprof/profile?seconds={seconds}")
+            out.write_bytes(connection.getresponse().read())
+        except OSError as error:
+            print(f"  no containerd profile ({sock}): {error}", file=sys.stderr)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=fetch, daemon=True)
+    thread.start()
+    return thread
+
+
 def _p(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -223,6 +258,14 @@ def main() -> int:
     parser.add_argument("--pods", type=int, default=50)
     parser.add_argument("--state-dir", type=Path, default=Path(".lab-bench-startup"))
     parser.add_argument("--no-dra", action="store_true", help="leave out the DRA round")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="write containerd's CPU profile of each round to DIR/containerd-<round>.pprof "
+        "(read with `go tool pprof -top`)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         options = lab_module.LabOptions(
@@ -260,7 +303,16 @@ def main() -> int:
             processes = {p.name: p.pid for p in record.processes}
             for kind in rounds:
                 meter = CpuMeter(processes)
+                profiling = None
+                if args.profile is not None:
+                    args.profile.mkdir(parents=True, exist_ok=True)
+                    sock = realnode.node_layout(Layout.at(args.state_dir), NODE)
+                    profiling = profile_containerd(
+                        sock.containerd_debug_socket, 40, args.profile / f"containerd-{kind}.pprof"
+                    )
                 times = round_trip(core, namespace, args.pods, kind)
+                if profiling is not None:
+                    profiling.join()
                 print(f"  {kind}: CPU ms per pod: {meter.per_pod(len(times))}", flush=True)
                 results[kind] = times
                 print(

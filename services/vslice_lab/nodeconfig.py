@@ -125,6 +125,13 @@ class NodeLayout:
         return self.run_dir / "containerd.sock"
 
     @property
+    def containerd_debug_socket(self) -> Path:
+        """containerd's debug server (``/debug/pprof``, expvar): a root-only unix socket in
+        the node's run directory, for profiling what containerd does per pod
+        (benchmarks/pod_startup.py ``--profile``)."""
+        return self.run_dir / "containerd-debug.sock"
+
+    @property
     def containerd_config(self) -> Path:
         return self.root / "containerd.toml"
 
@@ -301,7 +308,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   address = {q(str(layout.containerd_socket) + ".ttrpc")}
 
 [plugins.'io.containerd.server.v1.debug']
-  address = ""
+  address = {q(str(layout.containerd_debug_socket))}
 
 [plugins.'io.containerd.internal.v1.opt']
   path = {q(str(layout.root / "containerd" / "opt"))}

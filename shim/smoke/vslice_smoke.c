@@ -118,9 +118,16 @@ static void on_stop(int sig) {
     stop_requested = 1;
 }
 
+/* In steps of at most 100 ms: the signal may be handled on another thread of the process (the
+ * shim's), which does not interrupt this thread's nanosleep, so the flag is polled. */
 static void sleep_s(double seconds) {
-    struct timespec ts = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR && !stop_requested) {
+    double left = seconds;
+    while (left > 0 && !stop_requested) {
+        double step = left < 0.1 ? left : 0.1;
+        struct timespec ts = {(time_t)step, (long)((step - (double)(time_t)step) * 1e9)};
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR && !stop_requested) {
+        }
+        left -= step;
     }
 }
 
@@ -409,7 +416,7 @@ static int run_hold(const struct options *o) {
         say("hold_error", "%s", cu_name(r));
         return fail(EXIT_CHECK, "cannot allocate %llu MiB on device %d", mib(o->memory), o->device);
     }
-    /* No SA_RESTART: the signal interrupts nanosleep, and sleep_s sees the flag. */
+    /* sleep_s polls the flag (the handler may run on another thread). */
     struct sigaction stop = {.sa_handler = on_stop};
     sigemptyset(&stop.sa_mask);
     sigaction(SIGTERM, &stop, NULL);
