@@ -14,6 +14,12 @@ DRA path with 64 slots) and no simulated node, then runs up to three rounds on t
   agent's DRA driver (NodePrepareResources). Only where the lab's Kubernetes serves
   consumable capacity (1.36 and newer, the default); ``--no-dra`` leaves it out.
 
+Before each round the node settles: the benchmark waits until the kubelet and containerd are
+idle (under 5 % of a core for 3 s), so that no round pays for the previous round's teardown
+(stopping 50 sandboxes, unmounting, removing containers), which otherwise overlaps the next
+round and was most of what once read as containerd's cost of a sliced pod. ``--profile DIR``
+writes containerd's CPU profile of each round (its debug socket, ``go tool pprof -top``).
+
 Within a round all pods are created at once from a thread pool; each pod's start-up time is
 from just before its create call to the first watch event that shows it Running with its
 container started. Every round runs the same image and command (busybox ``sleep`` from the
@@ -48,7 +54,7 @@ from typing import Any
 import yaml
 from kubernetes import client as k8s
 from kubernetes import watch
-from scheduling import CpuMeter  # benchmarks/ is on the path when run as a script
+from scheduling import CpuMeter, cpu_seconds  # benchmarks/ is on the path as a script
 from vslice_build.images import SMOKE_IMAGE
 from vslice_core.dra import DEVICE_CLASS
 from vslice_kube.client import api_client
@@ -216,6 +222,20 @@ def _delete_all(core: k8s.CoreV1Api, namespace: str) -> None:
         time.sleep(0.5)
 
 
+def settle(processes: dict[str, int], limit_s: float = 90.0) -> float:
+    """Wait until the node's own processes (kubelet, containerd) are idle: under 5 % of a core
+    for 3 s in a row, so that a round does not pay for the previous round's teardown (container
+    removal, unmounts, the kubelet's garbage collection); the seconds waited."""
+    node = {name: pid for name, pid in processes.items() if name.endswith(f"-{NODE}")}
+    started = time.monotonic()
+    quiet = 0
+    while quiet < 3 and time.monotonic() - started < limit_s:
+        before = sum(cpu_seconds(pid) for pid in node.values())
+        time.sleep(1.0)
+        quiet = quiet + 1 if sum(cpu_seconds(pid) for pid in node.values()) - before < 0.05 else 0
+    return time.monotonic() - started
+
+
 class _UnixHTTP(http.client.HTTPConnection):
     """HTTP over a unix socket (containerd's debug server listens on one)."""
 
@@ -302,6 +322,7 @@ def main() -> int:
             results = {}
             processes = {p.name: p.pid for p in record.processes}
             for kind in rounds:
+                print(f"  {kind}: the node settled in {settle(processes):.0f} s", flush=True)
                 meter = CpuMeter(processes)
                 profiling = None
                 if args.profile is not None:
