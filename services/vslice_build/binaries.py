@@ -466,6 +466,18 @@ def _kubernetes_step(
     return ["bash", "-ec", script], workdir
 
 
+def module_download(go: str, module: str) -> subprocess.CompletedProcess[str]:
+    """``go mod download -json MODULE@VERSION``: its JSON names the module's directory in the
+    module cache (``Dir``) and its ``go.mod`` (``GoMod``)."""
+    return subprocess.run(
+        [go, "mod", "download", "-json", module],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "GOFLAGS": "-mod=mod"},
+    )
+
+
 def staging_modules(go_mod: str) -> list[str]:
     """The staging module names a kubernetes release's go.mod replaces with ./staging paths."""
     return sorted(set(_STAGING_REPLACE.findall(go_mod)))
@@ -475,13 +487,7 @@ def _staging_modules(go: str, version: str, component: str) -> list[str]:
     """Read from the release's go.mod, downloaded by go; a failure is reported like a failed
     build step: under the component being built, with go's answer appended to the build log."""
     log = cache_dir(version) / "build.log"
-    result = subprocess.run(
-        [go, "mod", "download", "-json", f"k8s.io/kubernetes@{version}"],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "GOFLAGS": "-mod=mod"},
-    )
+    result = module_download(go, f"k8s.io/kubernetes@{version}")
     try:
         names = staging_modules(Path(json.loads(result.stdout)["GoMod"]).read_text())
     except (ValueError, KeyError, TypeError, OSError) as error:

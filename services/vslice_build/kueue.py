@@ -19,9 +19,7 @@ vslice_build.kueue``.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -39,6 +37,7 @@ from vslice_build.binaries import (
     _run_logged,
     _wrapper_module,
     cache_root,
+    module_download,
     search_dirs,
 )
 from vslice_build.versions import KUEUE_VERSION
@@ -123,13 +122,7 @@ def _build(version: str, extra_dirs: Sequence[Path], *, quiet: bool) -> None:
 
 def _copy_manifests(go: str, version: str, directory: Path, log: Path) -> None:
     """The module's CRDs and webhook configurations, from the module cache into ``directory``."""
-    result = subprocess.run(
-        [go, "mod", "download", "-json", f"{MODULE}@{version}"],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "GOFLAGS": "-mod=mod"},
-    )
+    result = module_download(go, f"{MODULE}@{version}")
     try:
         source = Path(json.loads(result.stdout)["Dir"])
     except (ValueError, KeyError, TypeError) as error:

@@ -17,8 +17,7 @@ import os
 import re
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ import vslice
 import yaml
 from conftest import LabHandle
 from kubernetes import client as k8s
+from polling import until
 from vslice import Slice, Timeout
 from vslice.commands.top import frame
 from vslice.workload import QUEUED
@@ -37,17 +37,6 @@ IMAGE = "registry.invalid/sleep:1"  # kwok runs pods without pulling images
 # 20 GiB on the H100 node: never the real node, and three fit on one GPU model's node.
 TWENTY = Slice("20Gi", gpu_type="H100")
 TEAM_A, TEAM_B = (team.namespace for team in LAB_TEAMS)
-
-
-def _until(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            pytest.fail(f"not within {timeout:.0f}s: {what}")
-        time.sleep(0.3)
 
 
 def _workloads(lab: LabHandle, namespace: str) -> list[dict[str, Any]]:
@@ -69,7 +58,7 @@ def _clean(lab: LabHandle) -> None:
             "kueue.x-k8s.io", "v1beta2", namespace, "workloads"
         )
     for namespace in (TEAM_A, TEAM_B):
-        _until(
+        until(
             f"Kueue's workloads in {namespace} are gone",
             lambda ns=namespace: not _workloads(lab, ns),  # type: ignore[misc]
         )
@@ -115,7 +104,7 @@ def _states(jobs: list[vslice.Workload]) -> dict[str, list[vslice.Workload]]:
 
 
 def _split(jobs: list[vslice.Workload], running: int, queued: int) -> dict[str, Any]:
-    return _until(
+    return until(
         f"{running} of {[j.name for j in jobs]} running and {queued} queued",
         lambda: (
             found
@@ -186,7 +175,7 @@ def test_a_job_kueue_admits_but_no_gpu_can_hold_gets_vslices_why_not(
     team_a, _ = teams
     # 30 GiB is within team-a's 40 GiB, but a T4 has 15 GiB: Kueue admits, vslice cannot place.
     job = team_a.run(IMAGE, "sleep 3600", slice=Slice("30Gi", gpu_type="Tesla-T4"), queue=TEAM_A)
-    _until("Kueue admits it", lambda: (q := job.status.queue) is not None and q.state == "Admitted")
+    until("Kueue admits it", lambda: (q := job.status.queue) is not None and q.state == "Admitted")
     lines: list[str] = []
     with pytest.raises(Timeout) as waited:
         job.wait(6, until="scheduled", report=lines.append)

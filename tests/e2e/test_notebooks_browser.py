@@ -21,13 +21,14 @@ import sys
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from conftest import REPO, LabHandle
+from polling import until
 
 pytestmark = [pytest.mark.timeout(420), pytest.mark.slow]
 
@@ -41,7 +42,6 @@ BROKEN_OUTPUT = (
     "ClusterView(children=",
     "Traceback (most recent call last)",
 )
-T = TypeVar("T")
 
 
 def _selenium() -> Any:
@@ -67,17 +67,6 @@ def _free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
-
-
-def _wait(what: str, check: Callable[[], T | None], timeout: float, pause: float = 0.3) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what}: not within {timeout:.0f}s")
-        time.sleep(pause)
 
 
 @dataclass
@@ -165,7 +154,7 @@ def jupyter_lab(services: LabHandle, namespace: str, tmp_path: Path) -> Iterator
             except OSError:
                 return False
 
-        _wait("JupyterLab answers", up, 90)
+        until("JupyterLab answers", up, 90)
         yield handle
     finally:
         _stop(process)
@@ -223,10 +212,10 @@ def _open_and_run_all(driver: Any, lab: JupyterLab, notebook: str) -> None:
     """Open the notebook, wait for its kernel, Run > Run All Cells, wait until all ran."""
     by = _by()
     driver.get(f"{lab.url}/lab/tree/{notebook}?token={lab.token}&reset")
-    _wait("the notebook opens", lambda: driver.find_elements(by.CSS_SELECTOR, ".jp-CodeCell"), 90)
-    _wait("the kernel is idle", lab.kernels_idle, 90)
+    until("the notebook opens", lambda: driver.find_elements(by.CSS_SELECTOR, ".jp-CodeCell"), 90)
+    until("the kernel is idle", lab.kernels_idle, 90)
     _hide_left_sidebar(driver)
-    menu = _wait(
+    menu = until(
         "the Run menu",
         lambda: [
             m
@@ -236,7 +225,7 @@ def _open_and_run_all(driver: Any, lab: JupyterLab, notebook: str) -> None:
         30,
     )
     menu[0].click()
-    item = _wait(
+    item = until(
         "Run All Cells in the Run menu",
         lambda: driver.find_elements(by.CSS_SELECTOR, '.lm-Menu-item[data-command$=":run-all"]'),
         10,
@@ -251,7 +240,7 @@ def _open_and_run_all(driver: Any, lab: JupyterLab, notebook: str) -> None:
         done = bool(prompts) and all(p.startswith("[") and p[1:-2].isdigit() for p in prompts)
         return done and lab.kernels_idle()
 
-    _wait(f"every cell of {notebook} ran", all_ran, 150, pause=1.0)
+    until(f"every cell of {notebook} ran", all_ran, 150, pause=1.0)
 
 
 def _hide_left_sidebar(driver: Any) -> None:
@@ -332,23 +321,23 @@ def test_the_widgets_render_and_the_picker_submits_one_pod_from_the_browser(
     select.select_by_visible_text(t4)
     # The slider's range shows the choice took effect. (Binpack tries the smallest GPUs first,
     # so the plan of the default choice may name the T4 node already: its text alone does not.)
-    _wait("the memory range follows the model", lambda: "15.0" in _slider_max(picker), 10)
+    until("the memory range follows the model", lambda: "15.0" in _slider_max(picker), 10)
     _type_memory(browser, picker, "8")
-    _wait("the plan names the T4 node", lambda: "lab-t4" in picker.text, 15)
+    until("the plan names the T4 node", lambda: "lab-t4" in picker.text, 15)
     submit = picker.find_element(by.XPATH, ".//button[normalize-space()='Submit']")
-    _wait("Submit is enabled", submit.is_enabled, 10)
+    until("Submit is enabled", submit.is_enabled, 10)
     existing = _pod_names(services, namespace)
     submit.click()
-    _wait("Submit is disabled after a submit", lambda: not submit.is_enabled(), 15)
+    until("Submit is disabled after a submit", lambda: not submit.is_enabled(), 15)
     submit.click()  # a disabled button: nothing happens
-    _wait("the status line follows the pod", lambda: "Running on lab-t4" in picker.text, 60)
+    until("the status line follows the pod", lambda: "Running on lab-t4" in picker.text, 60)
     new = _pod_names(services, namespace) - existing
     assert len(new) == 1, f"Submit created {sorted(new)}"
     assert not submit.is_enabled()
     (pod,) = new
     # The notebook's last cell stopped the view's timer: its Refresh button reads the cluster.
     view.find_element(by.XPATH, ".//button[normalize-space()='Refresh']").click()
-    _wait("the cluster view shows the pod", lambda: f"{namespace}/{pod}" in view.text, 20)
+    until("the cluster view shows the pod", lambda: f"{namespace}/{pod}" in view.text, 20)
     assert _clipped(browser, picker) == []
     _shot(picker, browser, "jupyterlab-slice-picker.png")
     _shot(view, browser, "jupyterlab-cluster-view.png")
@@ -356,7 +345,7 @@ def test_the_widgets_render_and_the_picker_submits_one_pod_from_the_browser(
     # Four whole T4s: one holds the new pod, so it cannot fit; the why-not shows as lines.
     _type_memory(browser, picker, "15")
     _type_gpus(picker, "4")
-    _wait("the plan says it does not fit", lambda: "does not fit" in picker.text, 15)
+    until("the plan says it does not fit", lambda: "does not fit" in picker.text, 15)
     why = picker.find_element(by.CSS_SELECTOR, "div[style*='pre-wrap']")
     assert len(why.text.splitlines()) >= 2 and "\\n" not in picker.text
     assert not submit.is_enabled()
@@ -400,7 +389,7 @@ def _type_memory(driver: Any, picker: Any, gib: str) -> None:
         readout,
     )
     readout.send_keys(gib, Keys.ENTER)
-    _wait("the memory slider took the value", lambda: readout.text.strip() == f"{gib}.0", 10)
+    until("the memory slider took the value", lambda: readout.text.strip() == f"{gib}.0", 10)
 
 
 def _type_gpus(picker: Any, count: str) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from conftest import LabHandle
+from polling import until
 from realnode_pods import RealNode, parse_smoke
 from vslice_build.prometheus import HOW_TO_GET
 from vslice_control.install import monitoring
@@ -41,17 +42,6 @@ def _get(lab: LabHandle, path: str, **params: str) -> Any:
     return body["data"]
 
 
-def _wait(what: str, check: Any, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what} within {timeout:.0f}s")
-        time.sleep(1)
-
-
 def test_every_vslice_service_is_scraped_and_up(services: LabHandle) -> None:
     real = services.record.real_nodes
     assert real, "the session lab has no real node: no agent or monitor to scrape"
@@ -61,7 +51,7 @@ def test_every_vslice_service_is_scraped_and_up(services: LabHandle) -> None:
         ok = len(targets) == 2 + 2 * len(real) and all(t["health"] == "up" for t in targets)
         return targets if ok else None
 
-    targets = _wait("every vslice target up", all_up)
+    targets = until("every vslice target up", all_up)
     jobs = sorted(t["labels"]["job"] for t in targets)
     assert jobs == sorted(
         ["vslice-scheduler", "vslice-webhook"] + ["vslice-node-agent", "vslice-monitor"] * len(real)
@@ -97,7 +87,7 @@ def test_the_rules_are_loaded_and_evaluate_without_errors(services: LabHandle) -
         done = all(r.get("lastEvaluation", "").startswith("20") for g in groups for r in g["rules"])
         return groups if groups and done else None
 
-    groups = _wait("the rules evaluated once", evaluated)
+    groups = until("the rules evaluated once", evaluated)
     assert {g["name"]: len(g["rules"]) for g in groups} == expected
     broken = [
         (r["name"], r.get("lastError")) for g in groups for r in g["rules"] if r["health"] != "ok"
@@ -125,7 +115,7 @@ def test_every_dashboard_query_returns_data(real_node: RealNode, namespace: str)
         cores=30,
     )
     real_node.wait_running(namespace, "holder")
-    _wait(
+    until(
         "the holder holding its memory", lambda: "held_mib" in real_node.logs(namespace, "holder")
     )
     assert int(parse_smoke(real_node.logs(namespace, "holder"))["held_mib"]) >= 1024
@@ -158,7 +148,7 @@ def test_every_dashboard_query_returns_data(real_node: RealNode, namespace: str)
     )["result"]
     assert [float(r["value"][1]) for r in used] == [2048 * 2**20]
     lab.core.delete_namespaced_pod("holder", namespace)
-    _wait(
+    until(
         "the holder stopped and gone",
         lambda: (
             not lab.core.list_namespaced_pod(namespace, field_selector="metadata.name=holder").items

@@ -92,3 +92,23 @@ class NoDraObjects:
 
     def get_resource_claim_template(self, namespace: str, name: str) -> None:
         return None
+
+
+class ClusterCalls(NoDraObjects):
+    """The reads ``Client`` makes of the small cluster above, in memory; tests add the calls
+    their workloads need."""
+
+    def __init__(self, pods: list[dict[str, Any]] | None = None) -> None:
+        self.nodes, base = cluster_objects()
+        self.pods = base if pods is None else pods
+        self.created: list[dict[str, Any]] = []
+        self.dra_unavailable: str | None = None
+
+    def close(self) -> None:
+        pass
+
+    def list_nodes(self) -> list[dict[str, Any]]:
+        return self.nodes
+
+    def list_pods(self, namespace: str | None = None, **_: Any) -> list[dict[str, Any]]:
+        return self.pods

@@ -8,7 +8,7 @@ import re
 from typing import Any
 
 import pytest
-from api_objects import NoDraObjects, cluster_objects
+from api_objects import ClusterCalls
 from vslice import Client, InvalidRequest, Slice, Timeout
 from vslice.commands.top import frame
 from vslice.manifests import pod_manifest
@@ -66,22 +66,11 @@ class Kueue:
         return [w for w in self.items if namespace in (None, w["metadata"]["namespace"])]
 
 
-class Calls(NoDraObjects):
+class Calls(ClusterCalls):
     def __init__(self, kueue: Any = None) -> None:
-        self.nodes, self.pods = cluster_objects()
-        self.created: list[dict[str, Any]] = []
-        self.dra_unavailable: str | None = None
+        super().__init__()
         if kueue is not None:
             self.kueue = kueue
-
-    def close(self) -> None:
-        pass
-
-    def list_nodes(self) -> list[dict[str, Any]]:
-        return self.nodes
-
-    def list_pods(self, namespace: str | None = None, **_: Any) -> list[dict[str, Any]]:
-        return self.pods
 
     def job_pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
         return []

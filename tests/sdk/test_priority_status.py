@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from api_objects import NoDraObjects, cluster_objects, pod
+from api_objects import ClusterCalls, pod
 from vslice import Client, InvalidRequest, NoFit, Slice
 from vslice.manifests import job_manifest, pod_manifest
 from vslice.workload import EVICTED, Workload
@@ -24,25 +24,13 @@ CLASSES = [
 ]
 
 
-class Calls(NoDraObjects):
+class Calls(ClusterCalls):
     """The calls Client and Workload make, in memory."""
 
     def __init__(self, pods: list[dict[str, Any]] | None = None) -> None:
-        self.nodes, base = cluster_objects()
-        self.pods = base if pods is None else pods
+        super().__init__(pods)
         self.events: list[dict[str, Any]] = []
         self.classes = list(CLASSES)
-        self.created: list[dict[str, Any]] = []
-        self.dra_unavailable: str | None = None
-
-    def close(self) -> None:
-        pass
-
-    def list_nodes(self) -> list[dict[str, Any]]:
-        return self.nodes
-
-    def list_pods(self, namespace: str | None = None, **_: Any) -> list[dict[str, Any]]:
-        return self.pods
 
     def list_priority_classes(self) -> list[dict[str, Any]]:
         return self.classes
