@@ -7,7 +7,8 @@ systemd units outside the cluster and writes kubeconfigs from those tokens.
 ``vslice-viewer`` is what the SDK's read path and ``vslice top`` need (docs/sdk.md
 "Permissions"): ``Workloads.list_nodes``/``get_node`` and ``list_pods(None)``/``get_pod`` read
 the nodes' inventory annotations and every pod's allocation, and the DRA path's ResourceSlices
-and ResourceClaims (and the templates of pending pods); nothing else is granted (no Secrets,
+and ResourceClaims (and the templates of pending pods), and Kueue's Workloads and LocalQueues
+(the queued jobs); nothing else is granted (no Secrets,
 no ConfigMaps, no writes). Creating and deleting pods and Jobs (``vslice request``,
 ``Client.run``) is namespaced and left to the site (e.g. the built-in ``edit`` role in the
 user's namespace). It carries no ``aggregate-to-view`` label: nodes are cluster-scoped, so
@@ -153,6 +154,10 @@ def viewer_role() -> dict[str, Any]:
             # A slice's priority_class is checked against the cluster's PriorityClasses, which
             # say nothing about any tenant.
             _rule(["scheduling.k8s.io"], ["priorityclasses"], _READ),
+            # Queued jobs (docs/kueue.md): `vslice top` and the ClusterView show Kueue's
+            # Workloads, the picker and `run(queue=...)` the namespace's LocalQueues. Granting
+            # a group the cluster does not serve is allowed and gives nothing.
+            _rule(["kueue.x-k8s.io"], ["workloads", "localqueues"], _READ),
         ],
     )
 
