@@ -195,6 +195,12 @@ def _up(args: argparse.Namespace) -> int:
         record = up(options)
     except LabAlreadyRunning as running:
         record = running.record
+        if args.kueue and not any(p.name == "kueue" for p in record.processes):
+            _progress(
+                f"the lab running in {layout.root} has no Kueue, and --kueue cannot add it to a "
+                f"running lab: stop it with `{stop}`, then `vslice lab up --kueue`"
+            )
+            return 1
         _progress(
             f"a lab is already running in {layout.root} (API server {record.server}); "
             f"using it as it is (stop it with `{stop}`)"

@@ -223,6 +223,26 @@ def test_lab_up_on_a_running_lab_prints_its_export_line(
     assert "a lab is already running in" in err and "https://127.0.0.1:6443" in err
 
 
+def test_lab_up_kueue_on_a_running_lab_without_kueue_says_to_restart_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from vslice_lab import lab as lab_module
+    from vslice_lab.state import LabRecord
+
+    running = LabRecord(version="v1", ports={"kube-apiserver": 6443})
+
+    def already_running(options: lab_module.LabOptions) -> LabRecord:
+        assert options.kueue
+        raise lab_module.LabAlreadyRunning("a lab is already running", record=running)
+
+    monkeypatch.setattr(lab_module, "up", already_running)
+    assert main(["lab", "up", "--state-dir", str(tmp_path), "--no-services", "--kueue"]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""  # no export line: the lab asked for is not the one running
+    assert "has no Kueue, and --kueue cannot add it to a running lab" in err
+    assert "lab down --state-dir" in err
+
+
 # --- vslice plan refuses what admission refuses, with admission's message ---------------------
 
 
