@@ -153,7 +153,7 @@ class Workload:
             with contextlib.suppress(DecodeError):  # a malformed mark is no mark
                 idle = idle_mark(pod.get("metadata") or {})
         message = str(eviction.get("message") or "") if eviction else None
-        queue = self.queue_state()
+        queue = self._queue_or_none()  # Kueue's trouble never hides the pod's state
         phase = shown_phase(pod) if pod is not None else (EVICTED if eviction else "")
         if pod is None and queue is not None and queue.queued:
             phase = QUEUED
@@ -306,7 +306,7 @@ class Workload:
         while True:
             pod = self._pod_while_waiting(until)
             found: progress.Blocker | None = None
-            queue = self._queue_while_waiting() if pod is None else None
+            queue = self._queue_or_none() if pod is None else None
             if queue is not None:
                 line = queue.words()
                 if queue.state == "Inadmissible":
@@ -353,8 +353,9 @@ class Workload:
                 status=exc.status,
             ) from exc
 
-    def _queue_while_waiting(self) -> QueueState | None:
-        """A Job without a pod may wait in Kueue; a cluster that cannot say is no queue."""
+    def _queue_or_none(self) -> QueueState | None:
+        """The Job's place in Kueue; None where the cluster cannot say (an error reading
+        Kueue's objects is no queue, not a failed status or wait)."""
         try:
             return self.queue_state()
         except ClusterError:
