@@ -54,6 +54,8 @@ def test_containerd_keeps_every_path_below_the_node_directory(tmp_path: Path) ->
         str(layout.shim_sockets),
         str(layout.containerd_socket),
         str(layout.containerd_socket) + ".ttrpc",
+        # Its debug server (/debug/pprof), as root-only as the others.
+        str(layout.containerd_debug_socket),
     }
     assert len(str(layout.shim_sockets)) <= 42
     runtime = config["plugins"]["io.containerd.cri.v1.runtime"]
