@@ -96,22 +96,22 @@ def _merge(args: argparse.Namespace) -> int:
     from vslice_core.dra import DEVICE_CLASS
     from vslice_core.errors import InvalidRequest, VsliceError
 
-    from vslice_ops.manifests import load_values
+    from vslice_ops.manifests import load_source, load_values
 
     try:
-        values = parse_values(load_values(args.values))
-        text = sys.stdin.read() if args.file == "-" else _read(args.file)
-        try:
-            existing = yaml.safe_load(text) or {}
-        except yaml.YAMLError as error:
+        if args.file == "-" and args.values == "-":
             raise InvalidRequest(
-                f"file {args.file!r} is not YAML: {error}", field="file", value=args.file
-            ) from None
+                "FILE and --values cannot both be standard input (-): give one as a file",
+                field="FILE",
+                value=args.file,
+            )
+        values = parse_values(load_values(args.values))
+        existing = load_source(args.file, "FILE", "Kueue's configuration") or {}
         if not isinstance(existing, dict):
             raise InvalidRequest(
-                f"file {args.file!r} must hold a Kueue Configuration mapping, got "
+                f"FILE {args.file!r} must hold a Kueue Configuration mapping, got "
                 f"{type(existing).__name__}",
-                field="file",
+                field="FILE",
                 value=args.file,
             )
         merged = merge_configuration(existing, configuration(values.resources, DEVICE_CLASS))
@@ -119,18 +119,6 @@ def _merge(args: argparse.Namespace) -> int:
     except VsliceError as error:
         return fail("kueue merge", error)
     return EXIT_OK
-
-
-def _read(path: str) -> str:
-    from vslice_core.errors import InvalidRequest
-
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except OSError as error:
-        raise InvalidRequest(
-            f"file {path!r} cannot be read: {error.strerror}", field="file", value=path
-        ) from None
 
 
 def _config(args: argparse.Namespace) -> int:

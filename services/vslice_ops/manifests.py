@@ -54,15 +54,19 @@ def run(args: argparse.Namespace) -> int:
 
 def load_values(source: str | None) -> Any:
     """``--values``: a file, standard input (``-``) or nothing (every default)."""
+    return None if source is None else load_source(source, "--values", "values")
+
+
+def load_source(source: str, field: str, what: str) -> Any:
+    """YAML from a file or standard input (``-``); an unreadable file or bad YAML is an
+    InvalidRequest naming ``field`` (the option) and the path."""
     from vslice_core.cluster import load_yaml
     from vslice_core.errors import InvalidRequest
 
-    if source is None:
-        return None
     try:
         text = sys.stdin.read() if source == "-" else Path(source).read_text()
     except (OSError, UnicodeDecodeError) as error:
         raise InvalidRequest(
-            f"--values: cannot read {source}: {error}", field="--values", value=source
+            f"{field}: cannot read {source}: {error}", field=field, value=source
         ) from None
-    return load_yaml(text, "values")
+    return load_yaml(text, what)
