@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -139,40 +139,33 @@ def _order_key(workload: Mapping[str, Any]) -> tuple[int, str, str]:
 
 def queue_states(workloads: Iterable[Mapping[str, Any]]) -> list[QueueState]:
     """Every Job's state, positions filled in per LocalQueue (namespace and queue name)."""
-    items = [w for w in workloads if owner_job(w) is not None]
-    waiting: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
-    states: list[tuple[Mapping[str, Any], str]] = []
-    for workload in items:
-        state = _state(_conditions(workload))
-        states.append((workload, state))
-        if state == "Queued":
-            key = (_namespace(workload), _queue(workload))
-            waiting.setdefault(key, []).append(workload)
-    positions: dict[tuple[str, str], int] = {}
-    totals: dict[tuple[str, str], int] = {}
-    for key, queued in waiting.items():
-        for index, workload in enumerate(sorted(queued, key=_order_key), start=1):
-            positions[(_namespace(workload), _name(workload))] = index
-        totals[key] = len(queued)
-    result = []
-    for workload, state in states:
-        conditions = _conditions(workload)
-        admission = (workload.get("status") or {}).get("admission") or {}
-        key = (_namespace(workload), _queue(workload))
-        result.append(
-            QueueState(
-                namespace=_namespace(workload),
-                job=str(owner_job(workload)),
-                queue=_queue(workload),
-                state=state,
-                position=positions.get((_namespace(workload), _name(workload))),
-                waiting=totals.get(key, 0),
-                cluster_queue=str(admission.get("clusterQueue") or ""),
-                reason=_reason(conditions, state),
-                workload=_name(workload),
-            )
-        )
-    return result
+    read = [(w, _read(w)) for w in workloads if owner_job(w) is not None]
+    queues: dict[tuple[str, str], list[tuple[Mapping[str, Any], QueueState]]] = {}
+    for workload, state in read:
+        if state.state == "Queued":
+            queues.setdefault((state.namespace, state.queue), []).append((workload, state))
+    placed: dict[int, QueueState] = {}
+    for queued in queues.values():
+        ordered = sorted(queued, key=lambda pair: _order_key(pair[0]))
+        for position, (_, state) in enumerate(ordered, start=1):
+            placed[id(state)] = replace(state, position=position, waiting=len(queued))
+    return [placed.get(id(state), state) for _, state in read]
+
+
+def _read(workload: Mapping[str, Any]) -> QueueState:
+    """One Workload's state, without its place in the queue."""
+    conditions = _conditions(workload)
+    state = _state(conditions)
+    admission = (workload.get("status") or {}).get("admission") or {}
+    return QueueState(
+        namespace=_namespace(workload),
+        job=str(owner_job(workload)),
+        queue=_queue(workload),
+        state=state,
+        cluster_queue=str(admission.get("clusterQueue") or ""),
+        reason=_reason(conditions, state),
+        workload=_name(workload),
+    )
 
 
 def state_of_job(
