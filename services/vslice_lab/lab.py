@@ -294,8 +294,10 @@ def _start_kueue(
     cluster = LabCluster(layout.kubeconfig)
     try:
         say(f"installing Kueue {build.version}'s CRDs and webhooks")
-        cluster.apply(kueue.api_objects(build, certs, record.ports[kueue.WEBHOOK_PORT]))
-        cluster.wait_crds_established(kueue.crd_names(build), options.timeout)
+        objects = kueue.api_objects(build, certs, record.ports[kueue.WEBHOOK_PORT])
+        cluster.apply(objects)
+        crds = [o["metadata"]["name"] for o in objects if o["kind"] == "CustomResourceDefinition"]
+        cluster.wait_crds_established(crds, options.timeout)
         component = kueue.component(build, layout, certs, record.ports)
         _launch(layout, record, say, [component], options.timeout)
         teams = ", ".join(team.name for team in kueue.LAB_TEAMS)
