@@ -99,10 +99,9 @@ class Client:
         )
         if absent:
             snapshot.problems.append(f"DRA allocations are not shown: {absent}")
-        no_kueue = self._calls.kueue.unavailable
-        if no_kueue and "403" in no_kueue:
+        if self._calls.kueue.forbidden:
             # A cluster without Kueue is normal; one whose queues we may not read is not.
-            snapshot.problems.append(f"queued jobs are not shown: {no_kueue}")
+            snapshot.problems.append(f"queued jobs are not shown: {self._calls.kueue.unavailable}")
         return snapshot, pods
 
     def gpus(self) -> GpuTable:

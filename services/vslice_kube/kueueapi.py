@@ -33,6 +33,8 @@ class KueueApi:
         self._timeout = timeout_s
         self.unavailable: str | None = None
         """Why the last list came back empty without asking (None: it was read)."""
+        self.forbidden = False
+        """The last list was refused (403): Kueue is there, the user may not read it."""
 
     def local_queues(self, namespace: str | None = None) -> list[dict[str, Any]]:
         """The LocalQueues of one namespace (or of all); [] without Kueue."""
@@ -60,6 +62,7 @@ class KueueApi:
             if exc.code not in ABSENT:
                 raise
             self.unavailable = f"list Kueue {plural} {where}: {exc.code}: {ABSENT[exc.code]}"
+            self.forbidden = exc.code == 403
             return []
-        self.unavailable = None
+        self.unavailable, self.forbidden = None, False
         return list(body.get("items") or [])

@@ -70,6 +70,7 @@ class NoKueue:
     workloads, and the reason the real calls give."""
 
     unavailable = "Kueue is not installed in this cluster (kueue.x-k8s.io/v1beta2 is not served)"
+    forbidden = False
 
     def local_queues(self, namespace: str | None = None) -> list[dict[str, Any]]:
         return []

@@ -50,6 +50,7 @@ class Kueue:
     """``Workloads.kueue`` of a cluster running Kueue."""
 
     unavailable: str | None = None
+    forbidden = False
 
     def __init__(self, queues: dict[str, list[str]], workloads: list[dict[str, Any]]) -> None:
         self.queues, self.items = queues, workloads
@@ -194,3 +195,14 @@ def test_the_picker_offers_the_namespaces_queues_and_submits_a_misfit_into_one(
     plain = SlicePicker(connected(monkeypatch, Calls()))
     assert plain.queue.layout.display == "none"  # no queues: nothing to choose
     plain.close()
+
+
+def test_queues_the_user_may_not_read_are_named_as_a_problem_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    refused = Kueue({}, [])
+    refused.unavailable = "list Kueue workloads in all namespaces: 403: you may not read ..."
+    refused.forbidden = True
+    problems = connected(monkeypatch, Calls(refused)).snapshot().problems
+    assert problems == [f"queued jobs are not shown: {refused.unavailable}"]
+    assert connected(monkeypatch, Calls()).snapshot().problems == []  # no Kueue: nothing to say
