@@ -60,6 +60,12 @@ _QUANTITY = re.compile(
 _ORDERS = 40
 _DIGITS = 1000
 _MIB = 2**20
+# Strings already read: the same few values ("1", "1024", "5") arrive on every pod the
+# extender filters and the webhook admits, and building their Fractions was a third of a
+# filter's CPU. Only values that parsed are kept (an error names its field, which differs
+# between callers); the table is emptied when full, so hostile variety cannot grow it.
+_PARSED: dict[str, tuple[Fraction, bool]] = {}
+_PARSED_MAX = 4096
 
 
 @dataclass(frozen=True)
@@ -152,7 +158,13 @@ def read_quantity(value: object, field: str) -> Quantity:
         # binary fraction nearest to it: 0.1 is 1/10.
         return Quantity(value, _number(repr(value), value, field)[0], False)
     if isinstance(value, str):
-        return Quantity(value, *_number(value, value, field))
+        parsed = _PARSED.get(value)
+        if parsed is None:
+            parsed = _number(value, value, field)
+            if len(_PARSED) >= _PARSED_MAX:
+                _PARSED.clear()
+            _PARSED[value] = parsed
+        return Quantity(value, *parsed)
     raise _not_a_quantity(value, field)
 
 
@@ -160,7 +172,8 @@ def within_kubernetes(quantity: Quantity, field: str) -> Quantity:
     """``quantity`` if Kubernetes keeps it as written: at most 2^63-1, no finer than 1n."""
     if abs(quantity.number) > LARGEST:
         raise _too_large(quantity.value, field)
-    if (quantity.number / _FINEST).denominator != 1:
+    # A whole number is a multiple of 1n; only a fraction needs the division.
+    if quantity.number.denominator != 1 and (quantity.number / _FINEST).denominator != 1:
         raise _too_fine(quantity.value, field)
     return quantity
 
