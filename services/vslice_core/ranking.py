@@ -48,7 +48,11 @@ IDLE_LEVELS = 8
 # one more list move (~1 us at 5,000 nodes), so finer steps stop paying off.
 ROOM_LEVELS = (2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768, 49152, 65536)
 # Below this share of the nodes, candidates are sorted directly instead of filtering a list.
-_SMALL_CANDIDATE_SHARE = 8
+# Sorting costs a Python key call per candidate (1.5-2 us), filtering the ranked list a set
+# lookup in C per node passed (about 20 ns): measured through the extender's filter, sorting
+# the 500 candidates kube-scheduler sends at 5,000 nodes cost 0.88 ms a call against 0.32 ms
+# filtering, and the two break even near one candidate in 1,000 nodes (20 of 20,000).
+_SMALL_CANDIDATE_SHARE = 500
 # Below this share of the nodes, deferred changes are moved into the lists one by one instead
 # of sorting them again (measured: at 5,000 nodes one move takes ~50 us, a sort ~35 ms).
 _SMALL_CHANGE_SHARE = 10

@@ -1,5 +1,7 @@
 from typing import Any
 
+import pytest
+import vslice_core.ranking as ranking_module
 from core_builders import container, gpu, ledger, node, request, used
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -38,12 +40,19 @@ def test_re_ranking_and_removal_keep_every_list_consistent() -> None:
     assert len(ranking) == 0 and list(ranking.walk("spread")) == []
 
 
-def test_a_few_candidates_are_sorted_directly() -> None:
+@pytest.mark.parametrize("share", [8, 10**9], ids=["sorted-directly", "ranked-list-filtered"])
+def test_a_few_candidates_get_the_same_answer_sorted_or_filtered(
+    share: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Which of the two ways walk() takes depends on the candidates' share of the nodes; the
+    # answer never may.
+    monkeypatch.setattr(ranking_module, "_SMALL_CANDIDATE_SHARE", share)
     nodes = [
         node(f"node-{i:02d}", gpu(f"G{i}", used=used(slots=0, memory_mib=i * 1000)))
         for i in range(20)
     ]
     state = ledger(*nodes)
+    assert state._ranking.few(2) is (share == 8)  # the way the two-name cases take
     assert state.decide(request(container(mem=1)), ["node-03", "node-07"]).node == "node-07"
     spread = request(container(mem=1), annotations={"vslice.io/node-policy": "spread"})
     assert state.decide(spread, ["node-07", "node-03", "ghost"]).node == "node-03"
