@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 from typing import Any, cast
+from urllib.parse import quote
 
 from kubernetes import client as k8s
 
 from vslice_kube.apierrors import translated
+from vslice_kube.directwrite import post_json
 from vslice_kube.responses import drained
 
 __all__ = ["bind_pod", "evict_pod", "list_bound_pods", "read_pod"]
@@ -53,11 +55,13 @@ def bind_pod(
         "target": {"apiVersion": "v1", "kind": "Node", "name": node},
     }
     with translated(f"bind pod {namespace}/{name} to {node}"):
-        # The client's Binding model cannot parse the server's answer; leave it undecoded.
-        drained(
-            api.create_namespaced_binding(
-                namespace, cast(Any, body), _preload_content=False, _request_timeout=timeout_s
-            )
+        # The extender's hottest write: sent without the generated client's per-call layers
+        # (vslice_kube.directwrite); the answer, a Status, is not needed.
+        post_json(
+            api.api_client,
+            f"/api/v1/namespaces/{quote(namespace, safe='')}/bindings",
+            body,
+            timeout_s=timeout_s,
         )
 
 

@@ -87,8 +87,8 @@ def control_plane_role(values: InstallValues) -> dict[str, Any]:
         CONTROL_PLANE_ACCOUNT,
         [
             _rule([""], ["pods"], [*_READ, "patch", "update"]),
-            # The extender posts its Binding to the namespace's bindings collection (the
-            # client's create_namespaced_binding); kube-scheduler posts to pods/binding. Both,
+            # The extender posts its Binding to the namespace's bindings collection
+            # (vslice_kube.binding); kube-scheduler posts to pods/binding. Both,
             # as the system:kube-scheduler role grants them.
             _rule([""], ["bindings", "pods/binding"], ["create"]),
             # Preemption evicts lower-priority slices through the Eviction API, which keeps
