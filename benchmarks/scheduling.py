@@ -316,7 +316,9 @@ def _sampler(profile: Path | None, pid: int | None) -> subprocess.Popen[bytes] |
     if not Path(spy).exists():
         raise SystemExit("--profile needs py-spy (pip install py-spy)")
     command = [spy, "record", "--pid", str(pid), "--format", "raw", "--output", str(profile)]
-    sampler = subprocess.Popen([*command, "--rate", "200", "--nonblocking"])
+    # --gil: only the thread holding the interpreter lock is sampled, so the profile shows
+    # what the extender's threads compete for, not the time they wait on sockets.
+    sampler = subprocess.Popen([*command, "--rate", "500", "--gil", "--nonblocking"])
     time.sleep(1.0)  # attached before the scheduler resumes
     return sampler
 
