@@ -33,6 +33,11 @@ bound, as seen on a watch. So creation speed of this script does not count, only
             the scheduler is paused; the clock starts once every claim exists, so the column
             measures scheduling (allocation + bind), as the others do.
 
+Before each throughput run the script waits for the lab to be quiet (under 0.15 cores busy,
+at most 2 min: a lab just started keeps a core busy while thousands of kwok nodes report in),
+and measures what each process spends idle; the CPU lines then show each process's
+milliseconds per pod as measured and less that idle background over the run's length.
+
 Latency: with the scheduler running, L pods are created at a steady rate (``--rate``, well
 below either path's throughput) and each pod's time from its creation (the create call's
 return) to its bind (the watch event) is taken; p50 and p99 are printed for both paths.
@@ -294,19 +299,64 @@ def cpu_seconds(pid: int) -> float:
 
 class CpuMeter:
     """CPU milliseconds per pod each lab process spent during one measurement: where the
-    time goes (the API server's share grows with every write a bind makes)."""
+    time goes (the API server's share grows with every write a bind makes).
 
-    def __init__(self, processes: dict[str, int]) -> None:
+    With an ``idle`` rate (CPU seconds per second each process spends with no pod being
+    scheduled: kwok's node heartbeats, leases, watches), :meth:`per_pod` also shows what is
+    left per pod once that background is taken out for the length of the run: a slower path
+    otherwise looks dearer per pod by the background alone."""
+
+    def __init__(self, processes: dict[str, int], idle: dict[str, float] | None = None) -> None:
         self._processes = processes
+        self._idle = idle or {}
+        self._began = time.monotonic()
         self._start = {name: cpu_seconds(pid) for name, pid in processes.items()}
 
+    @staticmethod
+    def idle_rates(processes: dict[str, int], seconds: float = 3.0) -> dict[str, float]:
+        """CPU seconds per second of each process over ``seconds`` of nothing scheduled."""
+        before = {name: cpu_seconds(pid) for name, pid in processes.items()}
+        time.sleep(seconds)
+        return {
+            name: (cpu_seconds(pid) - before[name]) / seconds for name, pid in processes.items()
+        }
+
+    @staticmethod
+    def settled(
+        processes: dict[str, int], quiet: float = 0.15, limit: float = 120.0
+    ) -> dict[str, float]:
+        """The idle rates once the lab is quiet: a lab just started (thousands of kwok nodes
+        reporting, controllers syncing) or the previous run's last pods (kwok's status
+        writes) can keep a core busy for a minute, and a run measured meanwhile would be
+        slowed by it. Waits until the lab uses under ``quiet`` cores (at most ``limit`` s)."""
+        began = time.monotonic()
+        while True:
+            rates = CpuMeter.idle_rates(processes, 2.0)
+            busy = sum(rates.values())
+            if busy < quiet or time.monotonic() - began > limit:
+                waited = time.monotonic() - began
+                if waited > 2.5:
+                    print(f"  waited {waited:.0f} s for the lab to settle ({busy:.2f} cores)")
+                return rates
+
     def per_pod(self, pods: int) -> str:
+        elapsed = time.monotonic() - self._began
         spent = {
             name: (cpu_seconds(pid) - self._start[name]) * 1000 / pods
             for name, pid in self._processes.items()
         }
         shown = sorted(((ms, name) for name, ms in spent.items() if ms >= 0.05), reverse=True)
-        return ", ".join(f"{name} {ms:.2f}" for ms, name in shown)
+        text = ", ".join(f"{name} {ms:.2f}" for ms, name in shown)
+        if not self._idle:
+            return text
+        background = {name: self._idle.get(name, 0.0) * elapsed * 1000 / pods for name in spent}
+        less = ", ".join(f"{name} {ms - background[name]:.2f}" for ms, name in shown)
+        total = sum(spent.values())
+        rest = total - sum(background.values())
+        return (
+            f"{text} (total {total:.2f}); less the idle background "
+            f"({sum(self._idle.values()):.2f} cores for {elapsed:.1f} s): {less} (total {rest:.2f})"
+        )
 
 
 def _sampler(profile: Path | None, pid: int | None) -> subprocess.Popen[bytes] | None:
@@ -395,6 +445,7 @@ def measure(
         dra_template(core.api_client, namespace)
     binds = BindWatch(core, namespace, count)
     time.sleep(0.5)  # let the watch start
+    idle = CpuMeter.settled(processes) if processes else None
     os.kill(scheduler_pid, signal.SIGSTOP)
     try:
         with ThreadPoolExecutor(max_workers=16) as pool:
@@ -411,7 +462,7 @@ def measure(
     finally:
         sampler = _sampler(profile, (processes or {}).get("vslice-scheduler"))
         profiling = pprof.start(namespace) if pprof else []
-        meter = CpuMeter(processes or {})
+        meter = CpuMeter(processes or {}, idle)
         started = time.monotonic()
         os.kill(scheduler_pid, signal.SIGCONT)
     if not binds.done.wait(timeout=600):
