@@ -372,7 +372,7 @@ class _RequestHandler(socketserver.StreamRequestHandler):
 
     def _read_body(self, request: _Request) -> bytes | Response:
         raw_length = request.headers.get("content-length", "0")
-        if not raw_length.isdigit():
+        if not (raw_length.isascii() and raw_length.isdigit()):  # not "²", which int() refuses
             request.keep_alive = False  # the body's end is unknown: nothing after it is read
             return Response.text(f"Content-Length must be a number, got {raw_length!r}", 400)
         length = int(raw_length)

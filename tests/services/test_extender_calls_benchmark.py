@@ -16,9 +16,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_small_run_fits_every_call_and_prints_its_figures() -> None:
+    script = str(ROOT / "benchmarks" / "extender_calls.py")
     run = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "extender_calls.py"), "--nodes", "40"]
-        + ["--calls", "60", "--warmup", "10"],
+        [sys.executable, script, "--nodes", "40", "--calls", "60", "--warmup", "10"],
         capture_output=True,
         text=True,
         timeout=120,

@@ -79,6 +79,7 @@ def test_connection_close_and_http_1_0_end_the_connection_after_the_answer(port:
         (b"POST /echo HTTP/1.1\r\n" + b"X: y\r\n" * 101 + b"\r\n", "431", "more than 100"),
         (b"POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", "411", "chunked"),
         (b"POST /echo HTTP/1.1\r\nContent-Length: -1\r\n\r\n", "400", "'-1'"),
+        (b"POST /echo HTTP/1.1\r\nContent-Length: \xb2\r\n\r\n", "400", "must be a number"),
         (b"POST /echo HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\n", "413", "exceeds"),
         (b"DELETE /echo HTTP/1.1\r\n\r\n", "501", "'DELETE' is not served"),
         (b"POST /other HTTP/1.1\r\n\r\n", "404", "known: /echo"),
