@@ -77,7 +77,8 @@ class DirectWriter:
         self._host = url.hostname or "localhost"
         self._port = url.port or (443 if url.scheme == "https" else 80)
         self._prefix = url.path.rstrip("/")
-        self._authority = url.netloc
+        bracketed = f"[{self._host}]" if ":" in self._host else self._host  # an IPv6 address
+        self._authority = f"{bracketed}:{url.port}" if url.port else bracketed  # no userinfo
         self.direct = url.scheme == "https" and not configuration.proxy
         self._server_name = configuration.tls_server_name or self._host
         self._context = _tls_context(configuration) if self.direct else None

@@ -301,7 +301,9 @@ class _RequestHandler(socketserver.StreamRequestHandler):
         headers: dict[str, str] = {}
         for _ in range(_MAX_HEADERS + 1):
             raw = self._line()
-            if raw in (b"\r\n", b"\n", b""):
+            if not raw:  # the client went away in the middle of its headers
+                return None
+            if raw in (b"\r\n", b"\n"):
                 break
             name, colon, value = raw.partition(b":")
             if not colon or not name or name[:1] in b" \t" or name != name.rstrip():

@@ -129,6 +129,7 @@ def test_posts_json_with_the_clients_credentials_and_keeps_the_connection(
     assert server.connections == 1
     first = server.requests[0]
     assert first.startswith(b"POST /api/v1/namespaces/a/bindings HTTP/1.1\r\n")
+    assert f"\r\nHost: 127.0.0.1:{server.port}\r\n".encode() in first
     assert b"\r\nauthorization: Bearer secret-token\r\n" in first
     assert b"Content-Type: application/json" in first
     assert first.endswith(b'{"apiVersion":"v1","kind":"Binding","metadata":{"name":"p"}}')
