@@ -1,3 +1,4 @@
+import re
 from typing import Any
 
 import pytest
@@ -212,12 +213,46 @@ def test_every_value_is_parsed_once(monkeypatch: pytest.MonkeyPatch) -> None:
         return number(text, value, field)
 
     monkeypatch.setattr(quantities, "_number", counted)
+    # Strings read before are kept (quantities._PARSED); what is checked here is that the
+    # normalization itself asks for each value once, so nothing is kept during this test.
+    monkeypatch.setattr(quantities, "_PARSED", _Forgetful())
     main = container(gpu="2", mem="4Gi", cores="30", **{"nvidia.com/priority": "1"})
     main["resources"]["requests"] = {"nvidia.com/gpu": "2", "nvidia.com/gpumem": "4096Mi"}
     setup = {"name": "setup", "resources": {"requests": {"nvidia.com/gpumem-percentage": "50"}}}
     normalized = normalize_pod(pod(main, init=(setup,)))
     assert (normalized.request.priority, len(normalized.request.containers)) == (1, 2)
     assert sorted(parsed) == sorted(["50", "2", "4Gi", "30", "1", "2", "4096Mi"])
+
+
+class _Forgetful(dict[str, Any]):
+    def __setitem__(self, key: str, value: Any) -> None:
+        pass
+
+
+def test_a_string_read_before_is_not_parsed_again_but_a_bad_one_is_refused_every_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    parsed: list[str] = []
+    number = quantities._number
+
+    def counted(text: str, value: object, field: str) -> Any:
+        parsed.append(text)
+        return number(text, value, field)
+
+    monkeypatch.setattr(quantities, "_number", counted)
+    monkeypatch.setattr(quantities, "_PARSED", {})
+    monkeypatch.setattr(quantities, "_PARSED_MAX", 3)
+    first = quantities.read_quantity("3Gi", "limits['a']")
+    again = quantities.read_quantity("3Gi", "limits['b']")
+    assert (first.number, first.binary) == (again.number, again.binary) == (3 * 2**30, True)
+    assert parsed == ["3Gi"]
+    for field in ("limits['a']", "limits['b']"):  # an error names its own field each time
+        with pytest.raises(InvalidRequest, match=re.escape(field)):
+            quantities.read_quantity("3 Gi", field)
+    assert parsed == ["3Gi", "3 Gi", "3 Gi"]
+    for text in ("1", "2", "3", "4"):  # bounded: full, it starts again
+        quantities.read_quantity(text, "x")
+    assert len(quantities._PARSED) <= 3
 
 
 def test_the_webhook_call_checks_the_values_of_a_pod_without_gpus_and_nothing_more() -> None:
