@@ -204,15 +204,21 @@ def test_the_largest_values_the_node_side_represents_are_read() -> None:
     assert only(pod(container(mem=f"{MAX_MEMORY_MIB * 2**10}Ki"))).memory_mib == MAX_MEMORY_MIB
 
 
-def test_every_value_is_parsed_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    parsed: list[str] = []
+@pytest.fixture
+def parsed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The texts the quantity grammar parses from here on, in order."""
+    texts: list[str] = []
     number = quantities._number
 
     def counted(text: str, value: object, field: str) -> Any:
-        parsed.append(text)
+        texts.append(text)
         return number(text, value, field)
 
     monkeypatch.setattr(quantities, "_number", counted)
+    return texts
+
+
+def test_every_value_is_parsed_once(monkeypatch: pytest.MonkeyPatch, parsed: list[str]) -> None:
     # Strings read before are kept (quantities._PARSED); what is checked here is that the
     # normalization itself asks for each value once, so nothing is kept during this test.
     monkeypatch.setattr(quantities, "_PARSED", _Forgetful())
@@ -230,16 +236,8 @@ class _Forgetful(dict[str, Any]):
 
 
 def test_a_string_read_before_is_not_parsed_again_but_a_bad_one_is_refused_every_time(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, parsed: list[str]
 ) -> None:
-    parsed: list[str] = []
-    number = quantities._number
-
-    def counted(text: str, value: object, field: str) -> Any:
-        parsed.append(text)
-        return number(text, value, field)
-
-    monkeypatch.setattr(quantities, "_number", counted)
     monkeypatch.setattr(quantities, "_PARSED", {})
     monkeypatch.setattr(quantities, "_PARSED_MAX", 3)
     first = quantities.read_quantity("3Gi", "limits['a']")
